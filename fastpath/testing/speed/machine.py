@@ -1,0 +1,199 @@
+"""Describe the machine a speed run was measured on, and derive the key that names its baseline.
+
+Speed numbers are only comparable on the same hardware with the same speed-relevant software, so every baseline
+and every run records ``machine_info(device)`` and is filed under ``device_key(info)``.
+
+torch is imported inside the functions, not at module import, and CUDA is only queried when the device asked for
+is CUDA, so describing a CPU run never initialises a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+
+# Distributions whose versions are recorded. Only torch and omnivoice enter the device key (see device_key).
+RECORDED_PACKAGES = ("torch", "transformers", "omnivoice", "fastpath")
+KEY_PACKAGES = ("torch", "omnivoice")
+
+
+def package_version(name: str) -> str | None:
+    """Installed version of distribution ``name``, or None when it is not installed."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def cpu_model() -> str:
+    """CPU model name: /proc/cpuinfo on Linux, sysctl on macOS, else platform.processor()/machine()."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model", "Hardware") and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    if sys.platform == "darwin":
+        try:
+            out = subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=5, check=True
+            ).stdout.strip()
+            if out:
+                return out
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return platform.processor() or platform.machine() or "unknown-cpu"
+
+
+def physical_cores() -> int | None:
+    """Physical core count (psutil when installed, else counted from /proc/cpuinfo), None when unknown."""
+    try:
+        import psutil
+
+        count = psutil.cpu_count(logical=False)
+        if count:
+            return int(count)
+    except ImportError:
+        pass
+    cores: set[tuple[str, str]] = set()
+    physical_id = core_id = None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "physical id":
+                    physical_id = value.strip()
+                elif key == "core id":
+                    core_id = value.strip()
+                elif not line.strip() and core_id is not None:
+                    cores.add((physical_id or "0", core_id))
+                    physical_id = core_id = None
+        if core_id is not None:
+            cores.add((physical_id or "0", core_id))
+    except OSError:
+        return None
+    return len(cores) or None
+
+
+def nvidia_driver_version() -> str | None:
+    """NVIDIA driver version from nvidia-smi (torch does not expose it), None when unavailable."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    first = out.strip().splitlines()[:1]
+    return first[0].strip() if first else None
+
+
+def gpu_info(device: str) -> dict:
+    """CUDA details for ``device`` ("cuda", "cuda:1"); only touches CUDA when such a device is asked for."""
+    import torch
+
+    info: dict = {"cuda_available": None, "gpu_name": None, "gpu_driver": None, "cuda_version": None,
+                  "compute_capability": None}
+    if not device.startswith("cuda"):
+        return info
+    info["cuda_available"] = bool(torch.cuda.is_available())
+    info["cuda_version"] = torch.version.cuda
+    if info["cuda_available"]:
+        index = torch.device(device).index or 0
+        major, minor = torch.cuda.get_device_capability(index)
+        info["gpu_name"] = torch.cuda.get_device_name(index)
+        info["compute_capability"] = f"{major}.{minor}"
+        info["gpu_driver"] = nvidia_driver_version()
+    return info
+
+
+def machine_info(device: str) -> dict:
+    """Hardware and software that a speed measurement on ``device`` ("cpu", "cuda", "cuda:0", "mps") depends on.
+
+    Args:
+        device: the torch device the run measures. CUDA is queried only when it starts with "cuda".
+
+    Returns a JSON-serialisable dict; fields that cannot be found are None rather than missing.
+    """
+    import torch
+
+    mps_backend = getattr(torch.backends, "mps", None)
+    info = {
+        "device": device,
+        "cpu_model": cpu_model(),
+        "logical_cores": os.cpu_count(),
+        "physical_cores": physical_cores(),
+        "torch_threads": torch.get_num_threads(),
+        "platform": platform.platform(),
+        "mps_available": bool(mps_backend.is_available()) if mps_backend is not None else False,
+        **gpu_info(device),
+        "python": platform.python_version(),
+        "versions": {name: package_version(name) for name in RECORDED_PACKAGES},
+    }
+    info["versions"]["torch"] = torch.__version__  # keeps the build tag (+cu130, +cpu) that metadata may drop
+    return info
+
+
+describe = machine_info  # extend_machine_info's parameter shadows the function name; this alias keeps it reachable
+
+
+def slug(text: str) -> str:
+    """Lower-case, filename-safe form of ``text``: runs of anything but [a-z0-9.] become one '-'."""
+    text = re.sub(r"\((r|tm|c)\)", "", text.lower())  # "Intel(R) Xeon(R)" -> "intel xeon"
+    text = re.sub(r"\b(cpu|processor|with radeon graphics)\b", " ", text)
+    text = re.sub(r"@.*$", "", text)  # drop the clock suffix "@ 2.20GHz"
+    return re.sub(r"[^a-z0-9.]+", "-", text).strip("-.") or "unknown"
+
+
+def device_key(info: dict) -> str:
+    """Stable, filename-safe key for the hardware and speed-relevant software in ``info`` (from machine_info).
+
+    CPU:  ``cpu-<model>-<logical cores>c-<torch threads>t__torch-<v>__omnivoice-<v>``
+    CUDA: ``cuda-<gpu name>__torch-<v>__omnivoice-<v>`` (torch's local tag, e.g. +cu130, carries the CUDA build)
+    MPS:  ``mps-<cpu model>__torch-<v>__omnivoice-<v>``
+
+    torch threads are in the CPU key because they move CPU speed as much as the core count does. transformers and
+    fastpath versions are recorded in the machine info but left out of the key: a change there is what the speed
+    tier should catch against the existing baseline, not a reason to start a new one.
+    """
+    device = str(info.get("device", "cpu"))
+    if device.startswith("cuda"):
+        if not info.get("gpu_name"):
+            raise ValueError(
+                f"device {device!r} has no GPU name in the machine info (cuda_available={info.get('cuda_available')}); "
+                "run on a machine where torch.cuda.is_available() is True, or measure with device 'cpu'"
+            )
+        hardware = f"cuda-{slug(info['gpu_name'])}"
+    elif device.startswith("mps"):
+        hardware = f"mps-{slug(str(info.get('cpu_model', 'apple')))}"
+    else:
+        cores, threads = info.get("logical_cores"), info.get("torch_threads")
+        hardware = f"cpu-{slug(str(info.get('cpu_model', 'unknown')))}-{cores}c-{threads}t"
+    versions = info.get("versions", {})
+    software = "__".join(f"{name}-{slug(str(versions.get(name) or 'none'))}" for name in KEY_PACKAGES)
+    return f"{hardware}__{software}"
+
+
+def extend_machine_info(machine_info: dict, device: str) -> None:
+    """Add our description under ``machine_info["fastpath"]`` (with its ``device_key``), in place.
+
+    Meant for the ``pytest_benchmark_update_machine_info(config, machine_info)`` hook, so pytest-benchmark's JSON
+    carries the device key that ``compare`` checks.
+    """
+    ours = describe(device)
+    ours["device_key"] = device_key(ours)
+    machine_info["fastpath"] = ours
+

