@@ -55,6 +55,9 @@ def pytest_addoption(parser):
                     help="non-inferiority margin on corpus WER, absolute (default: %(default)s = 1 WER point)")
     group.addoption("--save-baseline", action="store_true",
                     help="write this run's speed samples as the baseline for this device in baselines/")
+    group.addoption("--inject-slowdown", type=_fraction, default=0.0,
+                    help="make every LLM forward of the speed tier's models this much slower (e.g. 0.2), "
+                         "to check that the baseline gate catches it (default: %(default)s)")
 
 
 def pytest_configure(config):
@@ -94,6 +97,12 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason="needs an Apple MPS device (torch.backends.mps.is_available() is False)"))
         if "real_weights" in item.keywords and not has_real:
             item.add_marker(pytest.mark.skip(reason=HOW_TO_REAL))
+
+
+def pytest_benchmark_update_machine_info(config, machine_info):
+    from fastpath.testing.speed.machine import extend_machine_info
+
+    extend_machine_info(machine_info, "cuda" if _cuda_available() else "cpu")
 
 
 @pytest.fixture(scope="session")

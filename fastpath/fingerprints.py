@@ -5,8 +5,10 @@ count but any change to what the code does does. `fingerprints.json` (beside thi
 name, the fingerprints seen in each omnivoice version known to work with the patches. A patch refuses to apply
 when an upstream function it relies on has a fingerprint no known version had.
 
-    python -m fastpath.fingerprints            # show the installed version's fingerprints vs the known ones
-    python -m fastpath.fingerprints --record   # add the installed version to fingerprints.json (after review!)
+    python -m fastpath fingerprints            # show the installed version's fingerprints vs the known ones
+    python -m fastpath fingerprints --record   # add the installed version to fingerprints.json (after review!)
+    python -m fastpath fingerprints --source path/to/omnivoice/models/omnivoice.py --version 0.2.0 [--record]
+                                               # the same for a source file that is not installed
 """
 
 from __future__ import annotations
@@ -64,6 +66,35 @@ def fingerprint(name: str) -> str:
     return fingerprint_source(inspect.getsource(resolve(name)))
 
 
+def definition_source(module_source: str, name: str) -> str:
+    """The source of `name` ('Class.method', 'function' or 'Class') in a module's source text, without importing it.
+
+    Decorators included and lines kept whole, as `inspect.getsource` returns them, so `fingerprint_source` of the
+    result equals `fingerprint(name)` for the installed module. Raises KeyError when the module has no such name.
+    """
+    tree = ast.parse(module_source)
+    scope, node = tree.body, None
+    for part in name.split("."):
+        node = next((n for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                     and n.name == part), None)
+        if node is None:
+            raise KeyError(f"{name}: no definition of {part!r} in this source")
+        scope = node.body
+    first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+    return "".join(module_source.splitlines(keepends=True)[first - 1 : node.end_lineno])
+
+
+def fingerprints_in(module_source: str, names) -> dict:
+    """{name: fingerprint, or None where the source does not define it} for a module's source text."""
+    out = {}
+    for name in names:
+        try:
+            out[name] = fingerprint_source(definition_source(module_source, name))
+        except KeyError:
+            out[name] = None
+    return out
+
+
 def load_known() -> dict:
     """{upstream name: {fingerprint: [omnivoice versions]}}"""
     return json.loads(KNOWN_FILE.read_text())["functions"]
@@ -82,7 +113,7 @@ def check(names, patch: str, allow: bool = False) -> list[str]:
             continue
         versions_by_fp = known.get(name)
         if versions_by_fp is None:
-            problems.append(f"{name}: no fingerprint recorded; run `python -m fastpath.fingerprints --record`")
+            problems.append(f"{name}: no fingerprint recorded; run `python -m fastpath fingerprints --record`")
         elif fp not in versions_by_fp:
             known_versions = sorted({v for vs in versions_by_fp.values() for v in vs})
             problems.append(
@@ -93,17 +124,21 @@ def check(names, patch: str, allow: bool = False) -> list[str]:
         raise UpstreamMismatchError(
             f"patch {patch!r} refuses to apply:\n  " + "\n  ".join(problems) + "\n"
             f"Fix: install a known omnivoice version, or review the upstream change and record it with "
-            f"`python -m fastpath.fingerprints --record`; to apply anyway (unverified), pass "
+            f"`python -m fastpath fingerprints --record`; to apply anyway (unverified), pass "
             f"allow_unverified=True or set {ENV_ALLOW}=1."
         )
     return problems
 
 
-def record(names) -> dict:
+def record(names, found: dict | None = None, version: str | None = None) -> dict:
+    """Add `version` (default: the installed one) under each name's fingerprint (default: the installed source's)."""
     data = json.loads(KNOWN_FILE.read_text())
-    version = omnivoice_version()
+    version = version or omnivoice_version()
     for name in sorted(set(names)):
-        versions = data["functions"].setdefault(name, {}).setdefault(fingerprint(name), [])
+        fp = found[name] if found is not None else fingerprint(name)
+        if fp is None:
+            raise UpstreamMismatchError(f"{name} is not defined in omnivoice {version}; nothing to record")
+        versions = data["functions"].setdefault(name, {}).setdefault(fp, [])
         if version not in versions:
             versions.append(version)
             versions.sort()
@@ -114,20 +149,37 @@ def record(names) -> dict:
 def main(argv=None) -> int:
     from fastpath.registry import PATCHES
 
-    parser = argparse.ArgumentParser(prog="python -m fastpath.fingerprints", description=__doc__.split("\n")[0])
-    parser.add_argument("--record", action="store_true", help="add the installed omnivoice's fingerprints")
+    parser = argparse.ArgumentParser(prog="python -m fastpath fingerprints", description=__doc__.split("\n")[0])
+    parser.add_argument("--record", action="store_true",
+                        help="add these fingerprints to fingerprints.json as known to work (after review and parity)")
+    parser.add_argument("--source", type=Path, default=None,
+                        help="an omnivoice/models/omnivoice.py to read instead of the installed module (not imported)")
+    parser.add_argument("--version", default=None, help="the omnivoice version of --source (needed with --source)")
+    parser.add_argument("--only", nargs="+", default=None, metavar="NAME",
+                        help="record only these upstream names (default: every name a patch relies on)")
     args = parser.parse_args(argv)
+    if args.source is not None and not args.version:
+        parser.error("--source needs --version, the omnivoice version that source belongs to")
     names = sorted({n for p in PATCHES.values() for n in p.relies_on})
+    unknown = sorted(set(args.only or ()) - set(names))
+    if unknown:
+        parser.error(f"--only {' '.join(unknown)}: no patch relies on these; known names: {', '.join(names)}")
+    if args.source is not None:
+        found = fingerprints_in(args.source.read_text(encoding="utf-8"), names)
+        version = args.version
+    else:
+        found = {n: fingerprint(n) for n in names}
+        version = omnivoice_version()
     if args.record:
-        record(names)
+        record(args.only or names, found, version)
     known = load_known()
-    print(f"omnivoice {omnivoice_version()}")
+    print(f"omnivoice {version}" + (f" (source {args.source})" if args.source else ""))
     bad = 0
     for name in names:
-        fp = fingerprint(name)
+        fp = found[name]
         versions = known.get(name, {}).get(fp)
         bad += versions is None
-        print(f"  {name:45s} {fp}  {'known: ' + ', '.join(versions) if versions else 'UNKNOWN'}")
+        print(f"  {name:45s} {fp or 'MISSING':16s}  {'known: ' + ', '.join(versions) if versions else 'UNKNOWN'}")
     return 1 if bad else 0
 
 

@@ -38,7 +38,8 @@ class Row:
 
 @dataclass
 class Group:
-    """One forward batch: rows of one shape. input_ids: [G, C, L], audio_mask: [G, L], attention: [G, 1, L, L]."""
+    """One forward batch of rows of one width L: input_ids [G, C, L], audio_mask [G, L], attention_mask
+    [G, 1, L, P] with P = L in the stock layout and P = the stock width in the trimmed one."""
 
     rows: list
     input_ids: torch.Tensor

@@ -7,6 +7,7 @@ the upstream functions it relies on; the fingerprints of those functions are che
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import types
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ class Patch:
     summary: str
     apply: Callable
     revert: Callable
+    conflicts: tuple = ()  # patches that replace the same function; refused together before anything is touched
 
 
 APPLIED_ATTR = "_fastpath_applied"
@@ -106,6 +108,70 @@ PATCHES = _register(
         lambda model: _prompt_cache().apply(model), lambda model: _prompt_cache().revert(model),
     ),
 )
+# --- GPU tier (issue 6) ------------------------------------------------------------------------------------------
+# Not bit-exact (other kernels, shapes or precision): lossless=False, compared with stock under tolerances on CUDA
+# (`pytest -m cuda`). On a model that is not on CUDA they apply and stay inert (every call goes to the stock code).
+# What padding to a bucket relies on: forward calls self.llm(inputs_embeds=[B, L, H], attention_mask=[B, 1, L, L] bool,
+# return_dict=True, position_ids=None), and _generate_iterative gives every query row at least one key.
+GPU_LLM_RELIES_ON = ("OmniVoice.forward", "OmniVoice._generate_iterative")
+DECODE_RELIES_ON = ("OmniVoice._decode_and_post_process",)  # calls audio_tokenizer.decode(codes [1, C, T])
+COMPILED_LLM = ("compiled_llm", "compiled_llm_reduce_overhead", "compiled_llm_max_autotune")
+LLM_FORWARD_PATCHES = ("cuda_graphs",) + COMPILED_LLM  # each replaces model.llm.forward: one at a time
+PROCESS_GLOBAL = ("cuda_tf32",)  # change settings of the whole process, not only of the model they are applied to
+
+
+def _gpu(module: str, apply_name: str, revert_name: str, **options):
+    def apply(model):
+        getattr(importlib.import_module(f"fastpath.gpu.{module}"), apply_name)(model, **options)
+
+    def revert(model):
+        getattr(importlib.import_module(f"fastpath.gpu.{module}"), revert_name)(model)
+
+    return apply, revert
+
+
+def _others(name: str) -> tuple:
+    return tuple(n for n in LLM_FORWARD_PATCHES if n != name)
+
+
+PATCHES.update(_register(
+    Patch(
+        "cuda_graphs", False, ("cuda",), GPU_LLM_RELIES_ON,
+        "The LLM forward is captured as a CUDA graph per bucketed shape (length padded to a multiple of 64, padded "
+        "keys masked; at most 32 graphs, least recently used dropped) and replayed.",
+        *_gpu("graphs", "install", "remove"), conflicts=_others("cuda_graphs"),
+    ),
+    Patch(
+        "compiled_llm", False, ("cuda",), GPU_LLM_RELIES_ON,
+        "torch.compile of the LLM forward, mode 'default', dynamic shapes, lengths padded to multiples of 64.",
+        *_gpu("compiled", "compile_llm", "uncompile_llm", mode="default"), conflicts=_others("compiled_llm"),
+    ),
+    Patch(
+        "compiled_llm_reduce_overhead", False, ("cuda",), GPU_LLM_RELIES_ON,
+        "torch.compile of the LLM forward, mode 'reduce-overhead' (CUDA graphs recorded per 64-multiple bucket).",
+        *_gpu("compiled", "compile_llm", "uncompile_llm", mode="reduce-overhead"),
+        conflicts=_others("compiled_llm_reduce_overhead"),
+    ),
+    Patch(
+        "compiled_llm_max_autotune", False, ("cuda",), GPU_LLM_RELIES_ON,
+        "torch.compile of the LLM forward, mode 'max-autotune' (autotuned kernels, CUDA graphs per bucket).",
+        *_gpu("compiled", "compile_llm", "uncompile_llm", mode="max-autotune"),
+        conflicts=_others("compiled_llm_max_autotune"),
+    ),
+    Patch(
+        "compiled_vocoder", False, ("cuda",), DECODE_RELIES_ON,
+        "torch.compile of the audio tokenizer's decode (the float32 waveform decoder), dynamic number of frames.",
+        *_gpu("compiled", "compile_vocoder", "uncompile_vocoder", mode="default"),
+    ),
+    Patch(
+        "cuda_tf32", False, ("cuda",), GPU_LLM_RELIES_ON[:1] + DECODE_RELIES_ON,
+        "TF32 for float32 matmuls and cuDNN convolutions, cudnn.benchmark off (process-global; previous values "
+        "restored on revert).",
+        *_gpu("flags", "apply", "revert"),
+    ),
+))
+# --- end of the GPU tier ----------------------------------------------------------------------------------------
+
 LOSSLESS = tuple(name for name, p in PATCHES.items() if p.lossless)
 
 
@@ -131,6 +197,22 @@ def _names(names) -> list:
     return names
 
 
+class ConflictingPatchesError(ValueError):
+    pass
+
+
+def _refuse_conflicts(model, names) -> None:
+    """Patches that replace the same function cannot be stacked; refused before the model is touched."""
+    wanted = list(dict.fromkeys(list(model.__dict__.get(APPLIED_ATTR, [])) + list(names)))
+    for i, a in enumerate(wanted):
+        for b in wanted[i + 1:]:
+            if b in PATCHES[a].conflicts or a in PATCHES[b].conflicts:
+                raise ConflictingPatchesError(
+                    f"patches {a!r} and {b!r} both replace the same function and cannot be applied together; "
+                    f"revert one first (fastpath.revert(model, {a!r}))"
+                )
+
+
 def apply(model, names=None, *, allow_unverified: bool = False) -> list:
     """Apply patches (default: every lossless one) to this model instance. Idempotent.
 
@@ -144,6 +226,7 @@ def apply(model, names=None, *, allow_unverified: bool = False) -> list:
     """
     _check_model(model)
     names = _names(names)
+    _refuse_conflicts(model, names)
     allow = allow_unverified or os.environ.get(fingerprints.ENV_ALLOW) == "1"
     for name in names:  # check all before touching the model: all or nothing
         warnings = fingerprints.check(PATCHES[name].relies_on, name, allow=allow)
@@ -174,6 +257,22 @@ def revert(model, names=None) -> list:
 
 def applied(model) -> list:
     return list(model.__dict__.get(APPLIED_ATTR, []))
+
+
+@contextlib.contextmanager
+def overridden(model, name: str, wrap: Callable):
+    """Temporarily set `model.<name>` to `wrap(current)`, where current is what the instance sees now (stock or
+    patched); the instance dict is put back exactly as it was. For instrumentation (recording, counting)."""
+    had_own = name in model.__dict__
+    current = getattr(model, name)
+    model.__dict__[name] = wrap(current)
+    try:
+        yield
+    finally:
+        if had_own:
+            model.__dict__[name] = current
+        else:
+            del model.__dict__[name]
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ import torch
 
 import fastpath
 from fastpath import prompt_cache
-from tests_parity.test_bitexact import REF_3S, REF_6S
+from fastpath.testing.parity import REF_3S, REF_6S
 
 
 @pytest.fixture

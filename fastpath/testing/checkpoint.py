@@ -179,6 +179,7 @@ def build_checkpoint(size: str = "tiny", root: Path | None = None) -> Path:
         return final
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{size}-", dir=root))
+    tmp.chmod(0o755)
     try:
         _write_checkpoint(recipes[size], tmp)
         (tmp / "fastpath_recipe.json").write_text(

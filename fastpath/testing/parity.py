@@ -9,9 +9,62 @@ and where, for each of them; an empty list means bit-exact (`torch.equal`, max |
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
+
+from fastpath.registry import overridden
+from fastpath.testing.checkpoint import REPO_ROOT
+
+REF = REPO_ROOT / "fixtures" / "reference"
+REF_6S = (str(REF / "ref_6s.wav"), (REF / "ref_6s.txt").read_text().strip())
+REF_3S = (str(REF / "ref_3s.wav"), (REF / "ref_3s.txt").read_text().strip())
+LONG_TEXT = (
+    "Long documents are split into chunks before synthesis. The first chunk sets the voice, and every later "
+    "chunk is generated with the first one as its reference, so the speaker stays the same from start to end. "
+    "This paragraph is long enough that the duration estimate passes the thirty second threshold, which sends "
+    "it through the chunked path instead of a single pass. It keeps going with plain sentences about rivers, "
+    "mountains, trains and libraries, so that the estimate stays well above the limit on every version."
+)
+
+# name -> generate() keyword arguments; "voice_clone_prompt" marks the saved-prompt path
+POINTS = {
+    "auto_voice": dict(text="The weather is lovely today, let us go for a walk.", language="en"),
+    "voice_design": dict(text="Good evening, and welcome to the news.", language="en",
+                         instruct="female, low pitch, british accent"),
+    "voice_clone_audio": dict(text="I am speaking with a borrowed voice.", language="en",
+                              ref_audio=REF_6S[0], ref_text=REF_6S[1]),
+    "voice_clone_prompt": dict(text="A saved prompt gives the same voice.", language="en",
+                               voice_clone_prompt="ref_3s"),
+    "batch_of_3": dict(text=["Hi there.", "This sentence is a little bit longer than the first one.",
+                             "Medium length words here."], language="en"),
+    "long_chunked": dict(text=LONG_TEXT, language="en"),
+    "one_word": dict(text="Hello.", language="en"),
+    "nonverbal_tag": dict(text="[laughter] That is really funny.", language="en"),
+    "chinese": dict(text="你好，欢迎使用这个语音合成系统。", language="zh"),
+    "digits": dict(text="Call 555 0199 before 10 30 on March 3rd.", language="en"),
+}
+
+
+class PointUnsupported(RuntimeError):
+    """The installed omnivoice lacks the API an operating point exercises (the gate runs older versions)."""
+
+
+def resolve_point(model, point: dict, tmp_dir) -> dict:
+    """Materialise a saved voice prompt: create with the stock model, save to `tmp_dir`, load back."""
+    from omnivoice.models.omnivoice import VoiceClonePrompt
+
+    kwargs = dict(point)
+    if kwargs.get("voice_clone_prompt") == "ref_3s":
+        if not hasattr(VoiceClonePrompt, "save"):
+            raise PointUnsupported("the saved-prompt point needs VoiceClonePrompt.save/load, which this omnivoice "
+                                   "lacks (added in 0.2.1)")
+        tmp_dir = tmp_dir.mktemp("prompt") if hasattr(tmp_dir, "mktemp") else Path(tmp_dir)
+        path = tmp_dir / "ref_3s.pt"
+        model.create_voice_clone_prompt(ref_audio=REF_3S[0], ref_text=REF_3S[1]).save(str(path))
+        kwargs["voice_clone_prompt"] = VoiceClonePrompt.load(str(path))
+    return kwargs
 
 
 @dataclass
@@ -24,41 +77,33 @@ class Run:
 def record_generation(model, seed: int, **generate_kwargs) -> Run:
     """Reseed, generate, and record per-step logits, tokens and waveforms (instance hooks, removed after)."""
     run = Run()
-    predict = model._predict_tokens_with_scoring  # bound: stock or patched
-    iterate = model._generate_iterative
 
-    def recording_predict(c_logits, u_logits, gen_config):
-        pred, scores = predict(c_logits, u_logits, gen_config)
-        n = len(run.steps) // 4
-        run.steps += [
-            (f"call {n} c_logits", c_logits.detach().clone()),
-            (f"call {n} u_logits", u_logits.detach().clone()),
-            (f"call {n} pred_tokens", pred.detach().clone()),
-            (f"call {n} scores", scores.detach().clone()),
-        ]
-        return pred, scores
+    def recording_predict(predict):
+        def record(c_logits, u_logits, gen_config):
+            pred, scores = predict(c_logits, u_logits, gen_config)
+            n = len(run.steps) // 4
+            run.steps += [
+                (f"call {n} c_logits", c_logits.detach().clone()),
+                (f"call {n} u_logits", u_logits.detach().clone()),
+                (f"call {n} pred_tokens", pred.detach().clone()),
+                (f"call {n} scores", scores.detach().clone()),
+            ]
+            return pred, scores
 
-    def recording_iterate(task, gen_config):
-        out = iterate(task, gen_config)
-        run.tokens += [t.detach().clone() for t in out]
-        return out
+        return record
 
-    had_predict = "_predict_tokens_with_scoring" in model.__dict__
-    had_iterate = "_generate_iterative" in model.__dict__
-    model.__dict__["_predict_tokens_with_scoring"] = recording_predict
-    model.__dict__["_generate_iterative"] = recording_iterate
-    try:
+    def recording_iterate(iterate):
+        def record(task, gen_config):
+            out = iterate(task, gen_config)
+            run.tokens += [t.detach().clone() for t in out]
+            return out
+
+        return record
+
+    with overridden(model, "_predict_tokens_with_scoring", recording_predict), \
+            overridden(model, "_generate_iterative", recording_iterate):
         torch.manual_seed(seed)
         run.waveforms = [np.asarray(w) for w in model.generate(**generate_kwargs)]
-    finally:
-        if had_predict:
-            model.__dict__["_predict_tokens_with_scoring"] = predict
-        else:
-            del model.__dict__["_predict_tokens_with_scoring"]
-        if had_iterate:
-            model.__dict__["_generate_iterative"] = iterate
-        else:
-            del model.__dict__["_generate_iterative"]
     return run
 
 

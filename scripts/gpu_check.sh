@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The GPU tier in one call on a lent CUDA machine (written for the H200 of the `run` tool; README "GPU tier"):
+#   1. install the carried wheels (.whl/, see scripts/gpu_wheels.txt) into /tmp/site, offline
+#   2. build the tiny and full-size test checkpoints
+#   3. pytest -m cuda over tests_parity, then tests_speed (each log holds every measured value: -rA)
+#   4. benchmark stock eager fp32 and bf16, the GPU stack, and the full preset (GPU stack + 12 steps), and write
+#      the samples as this device's speed baseline, <device key>.json
+# Everything lands in $OUT (the run tool's result folder; default out/gpu here), 6 files. Each stage has
+# its own time limit, so a slow stage still leaves the others' results. About 8 minutes on an H200.
+#
+#   run(command="bash scripts/gpu_check.sh", carry=[".whl"], timeout_s=560)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out/gpu}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD" FASTPATH_CACHE=${FASTPATH_CACHE:-/tmp/fastpath-cache}
+PY=${PYTHON:-python3}
+T0=$(date +%s)
+stage() { echo; echo "=== [+$(( $(date +%s) - T0 ))s] $*"; }
+
+stage "1/4 wheels"
+if [ -z "${FASTPATH_NO_WHEELS:-}" ] && ls .whl/*.whl >/dev/null 2>&1; then  # FASTPATH_NO_WHEELS=1: dry run here
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || { echo "wheel install failed"; exit 3; }
+  export PYTHONPATH="/tmp/site:$PWD"
+  if ! $PY -c "import transformers" >/dev/null 2>&1; then  # the carried transformers unusable here: the image's
+    echo "carried transformers does not import here; falling back to the image's:"
+    $PY -c "import transformers" 2>&1 | tail -n 2
+    rm -rf /tmp/site/transformers /tmp/site/transformers-*.dist-info
+  fi
+else
+  echo "no .whl/ here: using the image's packages (run scripts/fetch_gpu_wheels.sh where pip reaches PyPI, carry .whl)"
+fi
+{
+  $PY - <<'PYEOF'
+import importlib.metadata as md, platform, torch
+print("python", platform.python_version(), "| torch", torch.__version__, "| cuda", torch.version.cuda,
+      "| available", torch.cuda.is_available())
+if torch.cuda.is_available():
+    print("gpu", torch.cuda.get_device_name(), "| capability", torch.cuda.get_device_capability())
+for name in ("omnivoice", "transformers", "tokenizers", "soundfile", "pytest", "pytest-benchmark", "scipy", "triton"):
+    try:
+        print(f"{name} {md.version(name)}")
+    except md.PackageNotFoundError:
+        print(f"{name} MISSING")
+PYEOF
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw,memory.used --format=csv \
+    2>&1 || true
+  $PY -c "import omnivoice, fastpath.gpu.graphs; print('omnivoice imports')" 2>&1 | tail -n 3
+} 2>&1 | tee "$OUT/env.txt"
+
+stage "2/4 checkpoints"
+timeout "${CHECKPOINT_LIMIT:-180}" $PY -c "
+from fastpath.testing.checkpoint import build_checkpoint
+print(build_checkpoint('tiny')); print(build_checkpoint('full'))" 2>&1 | tail -n 5
+echo "checkpoint build exit ${PIPESTATUS[0]} (124: timed out; the tests then build what is missing)"
+
+stage "3/4 pytest -m cuda (parity, then speed)"
+# SIGINT at the limit: pytest stops, and still prints the summary and every finished test's measured values
+for tier in parity speed; do
+  timeout -s INT -k 20 "${PYTEST_LIMIT:-150}" $PY -m pytest -m cuda "tests_$tier" -p no:cacheprovider -rA -q \
+    --durations=12 >"$OUT/$tier.log" 2>&1
+  echo "pytest tests_$tier exit $? (124: stopped at the limit)"
+  grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|passed|failed" "$OUT/$tier.log" | cut -c1-300 | tail -n 40
+done
+
+stage "4/4 bench + baseline"
+timeout "${BENCH_LIMIT:-130}" $PY -m fastpath.testing.speed.bench --size full --device cuda \
+  --points clone6-medium-32 auto-short-10 --variants stock@fp32 stock@bf16 gpu@bf16 preset@bf16 --rounds 6 \
+  --out "$OUT/bench.json" --save-baseline "$OUT/baseline.json" >"$OUT/bench.log" 2>&1
+echo "bench exit $?"
+if [ -f "$OUT/baseline.json" ]; then
+  key=$($PY -c "import json,sys; print(json.load(open(sys.argv[1]))['device_key'])" "$OUT/baseline.json")
+  mv "$OUT/baseline.json" "$OUT/$key.json" && echo "baseline: $OUT/$key.json (copy to baselines/)"
+fi
+
+stage "summary"
+grep -hE "^(target|forward_ms|first_request|memory_mib|many_shapes|graph_stats|vocoder|compile_)" "$OUT/speed.log" \
+  "$OUT/parity.log" | cut -c1-300 | tail -n 30
+tail -n 30 "$OUT/bench.log"
+tail -n 2 "$OUT/parity.log" "$OUT/speed.log"
+ls -la "$OUT"

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs everything the suite needs on a fresh machine: Debian packages (espeak-ng renders the known-answer
+# speech; sox regenerates the reference clips), a virtual environment in .venv, torch/torchaudio pinned by
+# constraints-cpu.txt (override with FASTPATH_CONSTRAINTS=/path or FASTPATH_CONSTRAINTS= for none), and this
+# package with its test and quality extras. Safe to run again; it skips what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v espeak-ng >/dev/null || ! command -v sox >/dev/null; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q espeak-ng sox
+fi
+
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+constraints=${FASTPATH_CONSTRAINTS-constraints-cpu.txt}
+cflag=(); [ -n "$constraints" ] && cflag=(-c "$constraints")
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q "${cflag[@]}" torch torchaudio
+.venv/bin/python -m pip install -q "${cflag[@]}" -e ".[all]"
+.venv/bin/python -c "import torch, torchaudio, omnivoice, faster_whisper, fastpath; print('installed: torch', torch.__version__, '| omnivoice', __import__('importlib.metadata').metadata.version('omnivoice'))"

@@ -1,0 +1,129 @@
+"""Noise-free work counters: exact on any machine, so they gate in the default CI run.
+
+Each lossless patch removes a known amount of work. The expected counts are derived here from the sequence
+lengths upstream itself computes (`_preprocess_all`, `_prepare_inference_inputs`), so a patch that silently
+stops applying, or an upstream change that adds work, changes a count and fails. FLOPs (torch's flop counter)
+are compared exactly with the values recorded in `baselines/work_counters.json` for this checkpoint and torch.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import metadata
+
+import pytest
+
+import fastpath
+from fastpath import loop
+from fastpath.testing.checkpoint import REPO_ROOT
+from fastpath.testing.parity import POINTS
+from fastpath.testing.speed.measure import count_work
+
+WORK_FILE = REPO_ROOT / "baselines" / "work_counters.json"
+SAVE_COMMAND = ".venv/bin/python -m pytest tests_speed/test_work_counters.py --save-baseline"
+COUNTED_POINTS = ["batch_of_3", "voice_clone_audio"]
+NUM_STEP = 8  # counts scale linearly with steps; fewer keep the default run fast
+
+
+def lengths(model, kwargs):
+    """(c_lens, t_lens) of one non-chunked generate, as upstream computes them."""
+    from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
+
+    call = {k: v for k, v in kwargs.items() if k not in ("num_step",)}
+    task = model._preprocess_all(**call)
+    cfg = OmniVoiceGenerationConfig(num_step=NUM_STEP)
+    assert not task.get_indices(cfg, model.audio_tokenizer.config.frame_rate)[1], "point must not be chunked"
+    c_lens = [
+        model._prepare_inference_inputs(task.texts[i], task.target_lens[i], task.ref_texts[i], task.ref_audio_tokens[i],
+                                        task.langs[i], task.instructs[i], cfg.denoise)["input_ids"].size(2)
+        for i in range(task.batch_size)
+    ]
+    return c_lens, list(task.target_lens)
+
+
+def expected_work(model, kwargs, flags) -> dict:
+    """LLM calls, LLM positions, head rows and embedded positions of one generate under the given switches."""
+    c_lens, t_lens = lengths(model, kwargs)
+    B, max_c, steps = len(c_lens), max(c_lens), NUM_STEP
+    if "trimmed_cfg" in flags:
+        rows = [(c, t, c - t) for c, t in zip(c_lens, t_lens)] + [(t, t, 0) for t in t_lens]  # (length, t_len, start)
+        widths = [max(length, min(loop.MIN_ROWS, max_c)) for length, _, _ in rows]
+        calls = len({length for length, _, _ in rows})
+    else:
+        rows = [(max_c, t, c - t) for c, t in zip(c_lens, t_lens)] + [(max_c, t, 0) for t in t_lens]
+        widths = [max_c] * (2 * B)
+        calls = 1
+    positions = sum(widths)
+    heads = sum(min(w, max(t, loop.MIN_ROWS)) for w, (_, t, _) in zip(widths, rows)) if "sliced_heads" in flags else positions
+    if "static_prefix" in flags:
+        embedded = positions + (steps - 1) * sum(t for _, t, _ in rows)
+    else:
+        embedded = steps * positions
+    return {"llm_calls": steps * calls, "llm_positions": steps * positions, "head_rows": steps * heads,
+            "embedded_positions": embedded}
+
+
+def measured(model, kwargs) -> dict:
+    work = count_work(model, seed=0, num_step=NUM_STEP, **kwargs).as_dict()
+    return work
+
+
+def check_counts(model, kwargs, patches) -> dict:
+    with fastpath.patched(model, list(patches)):
+        got = measured(model, kwargs)
+    want = expected_work(model, kwargs, set(patches))
+    mismatched = {k: (got[k], v) for k, v in want.items() if got[k] != v}
+    assert not mismatched, f"{'+'.join(patches) or 'stock'}: counter (measured, expected) {mismatched}"
+    return got
+
+
+CASES = [()] + [(n,) for n in loop.FEATURES] + [tuple(fastpath.LOSSLESS)]
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("patches", CASES, ids=lambda p: "+".join(p) or "stock")
+@pytest.mark.parametrize("point", COUNTED_POINTS)
+def test_work_matches_what_each_patch_removes(model, point, patches):
+    check_counts(model, POINTS[point], patches)
+
+
+@pytest.mark.cpu
+def test_a_patch_that_stops_applying_is_caught(model, monkeypatch):
+    """Disable one lossless patch (its apply becomes a no-op): the stack's counts no longer match."""
+    real = fastpath.PATCHES["sliced_heads"]
+    monkeypatch.setitem(fastpath.PATCHES, "sliced_heads", real.__class__(**{**vars(real), "apply": lambda m: None}))
+    with pytest.raises(AssertionError, match="head_rows"):
+        check_counts(model, POINTS["batch_of_3"], fastpath.LOSSLESS)
+
+
+@pytest.mark.cpu
+def test_prompt_cache_encodes_a_reference_once(model):
+    kwargs = dict(POINTS["voice_clone_audio"], num_step=2)
+    for patches, encodes in (((), 2), (("prompt_cache",), 1)):
+        with fastpath.patched(model, list(patches)):
+            total = sum(count_work(model, seed=0, **kwargs).reference_encodes for _ in range(2))
+        assert total == encodes, f"{patches or 'stock'}: {total} reference encodes over 2 calls, expected {encodes}"
+
+
+def work_key(checkpoint) -> str:
+    return f"{checkpoint.identity}__torch-{metadata.version('torch')}__omnivoice-{metadata.version('omnivoice')}"
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("point", COUNTED_POINTS)
+def test_flops_match_the_recorded_counts(model, checkpoint, point, request):
+    """Exact FLOPs of stock and of the lossless stack, against the recorded ones for this checkpoint and torch."""
+    got = {"stock": measured(model, POINTS[point])}
+    with fastpath.patched(model):
+        got["fastpath"] = measured(model, POINTS[point])
+    key = work_key(checkpoint)
+    data = json.loads(WORK_FILE.read_text()) if WORK_FILE.exists() else {"format": "fastpath-work-counters", "entries": {}}
+    assert data.get("format") == "fastpath-work-counters", f"{WORK_FILE} is not a work-counter file; restore it from git"
+    if request.config.getoption("save_baseline"):
+        data["entries"].setdefault(key, {})[point] = got
+        WORK_FILE.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    recorded = data["entries"].get(key, {}).get(point)
+    if recorded is None:
+        pytest.skip(f"no recorded work counts for {key} / {point}; record them with: {SAVE_COMMAND}")
+    assert got == recorded, f"{point}: work changed (measured vs recorded):\n{got}\n{recorded}"
+    assert got["fastpath"]["flops"] < got["stock"]["flops"]
