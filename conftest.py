@@ -138,6 +138,19 @@ def model(checkpoint):
     fastpath.revert(m)
 
 
+@pytest.fixture(scope="module")
+def models():
+    """CUDA models per (checkpoint, device, dtype), shared by a module of `cuda` tests and freed after it."""
+    import torch
+
+    from fastpath.testing.devices import ModelCache
+
+    cache = ModelCache()
+    yield cache
+    cache.clear()
+    torch.cuda.empty_cache()
+
+
 @pytest.fixture(autouse=True)
 def restore_globals():
     """Every global a test may change (threads, RNG, TF32, cudnn, determinism) is put back afterwards."""

@@ -20,7 +20,7 @@ from fastpath.gpu import compiled, flags, graphs
 from fastpath.gpu.shapes import Buckets
 from fastpath.registry import COMPILED_LLM
 from fastpath.testing.checkpoint import resolve_checkpoint
-from fastpath.testing.devices import ModelCache, skip_unless_dtype_supported
+from fastpath.testing.devices import skip_unless_dtype_supported
 from fastpath.testing.parity import compare_runs, record_generation
 from fastpath.testing.tolerance import closeness, waveform_cosine, waveform_snr_db
 
@@ -61,14 +61,6 @@ AGAINST_FP32 = [
     pytest.param(("cuda_graphs",), "fp16", 0.02, 1.5, id="graphs-fp16"),
     pytest.param(GPU_STACK, "bf16", 0.02, 1.5, id="gpu-stack-bf16"),
 ]
-
-
-@pytest.fixture(scope="module")
-def models():
-    cache = ModelCache()
-    yield cache
-    cache.clear()
-    torch.cuda.empty_cache()
 
 
 @pytest.fixture(scope="module")

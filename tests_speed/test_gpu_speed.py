@@ -16,7 +16,6 @@ import torch
 
 import fastpath
 from fastpath.gpu import compiled, graphs
-from fastpath.testing.devices import ModelCache
 from fastpath.testing.speed.measure import Variant, interleaved_variants, timed_generate
 from fastpath.testing.speed.points import point
 
@@ -40,14 +39,6 @@ CALLS = 10
 GROWTH_BOUND_MB = 1.0  # allocated bytes after call 10 vs call 2, same input: graphs reuse their static buffers
 PEAK_BOUND = 1.5  # peak allocated with the GPU stack / stock eager peak (static buffers + the graph pool)
 COMPILE_BOUND_S = 300.0  # first call of compiled_llm on the full model (reference 001: 137-218 s on CUDA)
-
-
-@pytest.fixture(scope="module")
-def models():
-    cache = ModelCache()
-    yield cache
-    cache.clear()
-    torch.cuda.empty_cache()
 
 
 @pytest.fixture(scope="module")
