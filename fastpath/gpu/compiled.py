@@ -125,7 +125,7 @@ def uncompile_llm(model) -> None:
     wrapper = model.__dict__.pop(LLM_ATTR, None)
     if wrapper is None:
         return
-    _restore(model.llm, "forward", wrapper)
+    restore_wrapped(model.llm, "forward", wrapper)
     wrapper.compiled = None
 
 
@@ -202,11 +202,11 @@ def uncompile_vocoder(model) -> None:
     wrapper = model.__dict__.pop(VOCODER_ATTR, None)
     if wrapper is None:
         return
-    _restore(wrapper.tokenizer, "decode", wrapper)
+    restore_wrapped(wrapper.tokenizer, "decode", wrapper)
     wrapper.compiled = None
 
 
-def _restore(module, name: str, wrapper) -> None:
+def restore_wrapped(module, name: str, wrapper) -> None:
     """Put back what `module.<name>` was on the instance before `wrapper`, if the wrapper is still in place."""
     if module.__dict__.get(name) is wrapper:
         had_own, previous = wrapper.previous

@@ -24,6 +24,7 @@ from typing import Callable
 
 import torch
 
+from fastpath.gpu.compiled import restore_wrapped
 from fastpath.gpu.padding import fill_padded, hidden_output, llm_call_shape
 from fastpath.gpu.shapes import Buckets, GraphKey, LRUCache, graph_key
 
@@ -183,13 +184,7 @@ def remove(model) -> None:
     graphed = model.__dict__.pop(GRAPHS_ATTR, None)
     if graphed is None:
         return
-    llm = model.llm
-    if llm.__dict__.get("forward") is graphed:
-        had_own, previous = graphed.previous
-        if had_own:
-            llm.__dict__["forward"] = previous
-        else:
-            del llm.__dict__["forward"]
+    restore_wrapped(model.llm, "forward", graphed)
     graphed.cache.clear()
     graphed.pool = None
 
