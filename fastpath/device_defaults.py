@@ -48,6 +48,20 @@ TABLE = {
         "cuda": Default(ON, "fewer embedding lookups per step, allocations reused (not yet measured here on CUDA)"),
         "mps": Default(ON, "bit-exact on CPU; fewer lookups on any device"),
     },
+    "batched_scoring": {
+        "cpu": Default(ON, "bit-exact; a batch is scored in one pass instead of one small pass per item"),
+        "cuda": Default(ON, "about 20 kernel launches per step instead of about 20 per item; the random draws "
+                            "differ from stock's (one Philox call per step) but are drawn from the same "
+                            "distribution (not yet measured here on CUDA)"),
+        "mps": Default(ON, "bit-exact on CPU; fewer, larger kernels on any device"),
+    },
+    "batch_invariant": {
+        "cpu": Default(OFF, "opt in: not bit-exact against a stock batch call (it matches batch-1 calls instead); "
+                            "measured in the README's batching table"),
+        "cuda": Default(OFF, "opt in: one forward per distinct row length, which a launch-bound GPU pays for "
+                             "(not yet measured here on CUDA)"),
+        "mps": Default(OFF, "opt in, as on CPU"),
+    },
     "prompt_cache": {
         "cpu": Default(ON, "bit-exact; a reused reference is encoded once"),
         "cuda": Default(ON, "a reused reference is encoded once (encoding costs 1-2 s per call, reference 001)"),

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 
 import torch
 
-FEATURES = ("trimmed_cfg", "sliced_heads", "static_prefix")
+FEATURES = ("trimmed_cfg", "sliced_heads", "static_prefix", "batched_scoring", "batch_invariant")
 FLAGS_ATTR = "_fastpath_loop"  # instance attribute: the set of switches that are on
+PADDING_ATTR = "_fastpath_max_padding"  # instance attribute: the padding trimmed rows may take to share a batch
 MIN_ROWS = 16  # no GEMM of fewer rows than this: small-M kernels round differently from stock's large batch
 
 
@@ -46,6 +47,37 @@ class Group:
     audio_mask: torch.Tensor
     attention_mask: torch.Tensor
     embeds: torch.Tensor | None = None  # [G, L, H], static_prefix only
+    # Where each row's target frames sit, from `index_targets`; T = the longest target among the rows.
+    items: torch.Tensor | None = None  # [G] item of each row
+    kinds: torch.Tensor | None = None  # [G] 0 for a conditional row, 1 for an unconditional one
+    frames: torch.Tensor | None = None  # [G, T] target frame 0..t_len-1, the last one repeated past t_len
+    positions: torch.Tensor | None = None  # [G, T] sequence position of that frame in the row: start + frame
+    packed: torch.Tensor | None = None  # [G, T] column of that frame in the packed logits: item offset + frame
+
+
+def set_max_padding(model, fraction: float) -> None:
+    """Let trimmed rows (trimmed_cfg, batch_invariant) share a forward when padding each to the longest costs at
+    most `fraction` of its width: fewer, larger forwards for a batch of mixed lengths, which launch-bound devices
+    want. 0 (the default): rows of equal length only. Bit-exact either way on CPU (rows are independent in every
+    GEMM, and attention reduces over the same keys)."""
+    if not 0.0 <= fraction < 1.0:
+        raise ValueError(f"max padding {fraction!r} must be in [0, 1): the share of a row's width that may be padding")
+    model.__dict__[PADDING_ATTR] = float(fraction)
+
+
+def index_targets(group: Group, offsets: list) -> Group:
+    """Index tensors that move every row's target frames in one op (a short row repeats its last frame, so
+    gathers and scatters stay in bounds and a repeated write writes the same value). offsets: each item's
+    first column in the packed logits [2, C, sum(t_len), V]."""
+    device = group.input_ids.device
+    T = max(r.length for r in group.rows)
+    frames = torch.stack([torch.arange(T).clamp(max=r.length - 1) for r in group.rows])  # [G, T]
+    starts = torch.tensor([r.start for r in group.rows])[:, None]  # [G, 1]
+    first = torch.tensor([offsets[r.item] for r in group.rows])[:, None]  # [G, 1]
+    group.frames, group.positions, group.packed = frames.to(device), (starts + frames).to(device), (first + frames).to(device)
+    group.items = torch.tensor([r.item for r in group.rows], device=device)
+    group.kinds = torch.tensor([0 if r.cond else 1 for r in group.rows], device=device)
+    return group
 
 
 def unmasking_schedules(target_lens, gen_config, num_codebooks):
@@ -94,81 +126,203 @@ def padded_groups(model, inputs_list, c_lens, t_lens):
     return [Group(rows, ids, audio_mask, attention)]
 
 
-def trimmed_groups(model, inputs_list, c_lens, t_lens):
-    """Each row at its own length; rows of equal length share a batch (cond rows first).
+def trimmed_groups(model, inputs_list, c_lens, t_lens, max_padding: float = 0.0, own_width: bool = False):
+    """Each row at its own length; rows share a batch when padding them to the longest costs each at most
+    `max_padding` of the batch width (0: equal lengths only).
 
-    The attention mask is [G, 1, L, max_c]: True on the row's own L keys, False on the key padding that
-    `padded_key_attention` adds, so every query reduces over as many keys as in the stock batch.
+    The attention mask is [G, 1, W, P]: True on the row's own keys, False on the key padding that
+    `padded_key_attention` adds, so every query reduces over P keys: the stock batch's width max(c_lens), or with
+    `own_width` the row's item's own c_len, the width a batch-1 call of that item reduces over.
     """
     max_c = max(c_lens)
     C, mask_id = model.config.num_audio_codebook, model.config.audio_mask_id
-    by_len: dict = {}
+    members = []  # (row, input_ids [1, C, length], audio_mask [1, length], key width P)
     for i, inp in enumerate(inputs_list):
-        u = t_lens[i]
-        by_len.setdefault(c_lens[i], []).append((Row(i, True, c_lens[i] - u, u), inp["input_ids"], inp["audio_mask"]))
+        u, width = t_lens[i], (c_lens[i] if own_width else max_c)
+        members.append((Row(i, True, c_lens[i] - u, u), inp["input_ids"], inp["audio_mask"], width))
     for i, inp in enumerate(inputs_list):
-        u = t_lens[i]
-        by_len.setdefault(u, []).append((Row(i, False, 0, u), inp["input_ids"][..., -u:], inp["audio_mask"][..., -u:]))
+        u, width = t_lens[i], (c_lens[i] if own_width else max_c)
+        members.append((Row(i, False, 0, u), inp["input_ids"][..., -u:], inp["audio_mask"][..., -u:], width))
+    row_len = lambda m: m[1].size(-1)  # noqa: E731
+    buckets: list = []  # longest rows first; a row joins the last bucket of its key width if the padding allows
+    for m in sorted(members, key=lambda m: (m[3], -row_len(m))):  # stable: cond rows before uncond at a tie
+        last = buckets[-1] if buckets else None
+        if last and last[0][3] == m[3] and row_len(last[0]) - row_len(m) <= max_padding * row_len(last[0]):
+            last.append(m)
+        else:
+            buckets.append([m])
     groups = []
-    for length, members in by_len.items():
-        rows = [m[0] for m in members]
-        width = max(length, min(MIN_ROWS, max_c))
-        ids = torch.full((len(rows), C, width), mask_id, dtype=torch.long, device=model.device)  # [G, C, L']
-        audio_mask = torch.zeros((len(rows), width), dtype=torch.bool, device=model.device)  # [G, L']
-        for g, (_, row_ids, row_mask) in enumerate(members):
+    for bucket in buckets:
+        rows, P = [m[0] for m in bucket], bucket[0][3]
+        width = max(row_len(bucket[0]), min(MIN_ROWS, P))
+        ids = torch.full((len(rows), C, width), mask_id, dtype=torch.long, device=model.device)  # [G, C, W]
+        audio_mask = torch.zeros((len(rows), width), dtype=torch.bool, device=model.device)  # [G, W]
+        attention = torch.zeros((len(rows), 1, width, P), dtype=torch.bool, device=model.device)  # [G, 1, W, P]
+        for g, (_, row_ids, row_mask, _) in enumerate(bucket):
+            length = row_ids.size(-1)
             ids[g, :, :length] = row_ids[0]
             audio_mask[g, :length] = row_mask[0]
-        attention = torch.zeros((len(rows), 1, width, max_c), dtype=torch.bool, device=model.device)
-        attention[:, :, :length, :length] = True
+            attention[g, :, :length, :length] = True
+            pad = torch.arange(length, width, device=model.device)
+            attention[g, :, pad, pad] = True  # a padding query attends to itself only, as upstream's do
         groups.append(Group(rows, ids, audio_mask, attention))
     return groups
 
 
+def audio_logits(model, hidden):
+    """The audio heads as upstream applies them: hidden [G, T, H] -> float32 logits [G, T, C, V]."""
+    G, T, H = hidden.shape
+    flat = hidden.reshape(G * T, H)
+    if G * T < MIN_ROWS:  # zero rows up to MIN_ROWS: the GEMM kernel of stock's large batch
+        flat = torch.nn.functional.pad(flat, (0, 0, 0, MIN_ROWS - G * T))
+    out = model.audio_heads(flat)[: G * T]  # [G * T, C * V]
+    C, V = model.config.num_audio_codebook, model.config.audio_vocab_size
+    return out.view(G, T, C, V).to(torch.float32)
+
+
+def group_embeds(model, group: Group, flags):
+    """inputs_embeds [G, L, H]; with static_prefix the prefix is embedded once and each step re-embeds only the
+    target frames (gathered, embedded, scattered back)."""
+    if "static_prefix" not in flags:
+        return model._prepare_embed_inputs(group.input_ids, group.audio_mask)
+    if group.embeds is None:
+        group.embeds = model._prepare_embed_inputs(group.input_ids, group.audio_mask).clone()
+        return group.embeds
+    G, C = group.input_ids.shape[:2]
+    rows = torch.arange(G, device=group.embeds.device)[:, None]  # [G, 1]
+    ids = group.input_ids.gather(2, group.positions[:, None, :].expand(G, C, -1))  # [G, C, T]
+    mask = group.audio_mask.gather(1, group.positions)  # [G, T]
+    group.embeds[rows, group.positions] = model._prepare_embed_inputs(ids, mask)  # [G, T, H]
+    return group.embeds
+
+
 def group_logits(model, group: Group, flags):
-    """Per row of the group, the float32 logits at its target positions: list of [1, C, t_len, V]."""
+    """Float32 logits at every row's target frames: [G, T, C, V] (frames past a row's t_len repeat its last)."""
+    rows = torch.arange(len(group.rows), device=group.input_ids.device)[:, None]  # [G, 1]
     if not ({"sliced_heads", "static_prefix"} & flags):
         logits = model(
             input_ids=group.input_ids, audio_mask=group.audio_mask, attention_mask=group.attention_mask
         ).logits.to(torch.float32)  # [G, C, L, V]
-        return [logits[g : g + 1, :, r.start : r.start + r.length, :] for g, r in enumerate(group.rows)]
+        return logits[rows, :, group.positions]  # [G, T, C, V]
 
-    if "static_prefix" in flags:
-        if group.embeds is None:
-            group.embeds = model._prepare_embed_inputs(group.input_ids, group.audio_mask).clone()
-        else:
-            for g, r in enumerate(group.rows):
-                span = slice(r.start, r.start + r.length)
-                group.embeds[g : g + 1, span] = model._prepare_embed_inputs(
-                    group.input_ids[g : g + 1, :, span], group.audio_mask[g : g + 1, span]
-                )
-        embeds = group.embeds
-    else:
-        embeds = model._prepare_embed_inputs(group.input_ids, group.audio_mask)
-
-    # as upstream OmniVoice.forward, minus the heads
+    # as upstream OmniVoice.forward, with the heads applied separately
+    embeds = group_embeds(model, group, flags)
     hidden = model.llm(inputs_embeds=embeds, attention_mask=group.attention_mask, return_dict=True, position_ids=None)[0]
-    C, V = model.config.num_audio_codebook, model.config.audio_vocab_size
-    out = []
-    for g, r in enumerate(group.rows):
-        if "sliced_heads" in flags:
-            stop = min(hidden.size(1), r.start + max(r.length, MIN_ROWS))  # at least MIN_ROWS rows per GEMM
-            start = max(0, stop - max(r.length, MIN_ROWS))
-            flat = model.audio_heads(hidden[g : g + 1, start:stop])  # [1, n >= t_len, C * V]
-            part = flat.view(1, stop - start, C, V).permute(0, 2, 1, 3).to(torch.float32)
-            out.append(part[:, :, r.start - start : r.start - start + r.length, :])
+    if "sliced_heads" in flags:
+        return audio_logits(model, hidden[rows, group.positions])  # heads on [G, T, H] only
+    return audio_logits(model, hidden)[rows, group.positions]
+
+
+def gumbel_noise(uniform):
+    """upstream `_gumbel_sample`'s noise for given uniforms (its rand_like draw made by the caller)."""
+    return -torch.log(-torch.log(uniform + 1e-10) + 1e-10)
+
+
+def unmask_one_by_one(model, tokens, logits, ks, t_lens, offsets, gen_config, layer_ids):
+    """Upstream's per-item scoring and unmasking, verbatim. tokens [B, C, T_max] updated in place; logits
+    [2, C, sum(t_len), V]: conditional, unconditional, items packed along the frame axis."""
+    from omnivoice.models.omnivoice import _gumbel_sample
+
+    mask_id = model.config.audio_mask_id
+    for i, (k, t_len, first) in enumerate(zip(ks, t_lens, offsets)):
+        if k <= 0:
+            continue
+        frames = slice(first, first + t_len)
+        pred_tokens, scores = model._predict_tokens_with_scoring(
+            logits[0:1, :, frames], logits[1:2, :, frames], gen_config
+        )
+        scores = scores - (layer_ids * gen_config.layer_penalty_factor)
+        if gen_config.position_temperature > 0.0:
+            scores = _gumbel_sample(scores, gen_config.position_temperature)
+        sample_tokens = tokens[i : i + 1, :, :t_len]
+        scores.masked_fill_(sample_tokens != mask_id, -float("inf"))
+        _, topk_idx = torch.topk(scores.flatten(), k)
+        flat_tokens = sample_tokens.flatten()
+        flat_tokens[topk_idx] = pred_tokens.flatten()[topk_idx]
+        sample_tokens.copy_(flat_tokens.view_as(sample_tokens))
+        tokens[i : i + 1, :, :t_len] = sample_tokens
+
+
+SCORE_RUN_ELEMENTS = 1 << 20  # logits per scoring call on CPU (4 MiB): larger ones spill the cache and page-fault
+
+
+def score_runs(model, logits, spans, gen_config):
+    """upstream `_predict_tokens_with_scoring` on the packed logits of the given items ((first column, t_len) each,
+    in item order) -> pred_tokens, scores [1, C, N]. On CPU, consecutive items are scored together up to
+    SCORE_RUN_ELEMENTS logits per call (row-wise work, so runs change no value); elsewhere in one call."""
+    C, V = logits.size(1), logits.size(3)
+    limit = SCORE_RUN_ELEMENTS if logits.device.type == "cpu" else float("inf")
+    runs, run = [], []
+    for first, t_len in spans:
+        if run and C * V * (sum(n for _, n in run) + t_len) > limit:
+            runs.append(run)
+            run = []
+        run.append((first, t_len))
+    runs.append(run)
+    preds, scores = [], []
+    for run in runs:
+        (start, _), (end, last) = run[0], run[-1]
+        contiguous = end + last - start == sum(n for _, n in run)
+        if contiguous:
+            cols = slice(start, end + last)
         else:
-            flat = model.audio_heads(hidden[g : g + 1])  # [1, L, C * V]
-            full = flat.view(1, flat.size(1), C, V).permute(0, 2, 1, 3).to(torch.float32)
-            out.append(full[:, :, r.start : r.start + r.length, :])
-    return out
+            cols = torch.cat([torch.arange(a, a + n, device=logits.device) for a, n in run])
+        pred, score = model._predict_tokens_with_scoring(logits[0:1, :, cols], logits[1:2, :, cols], gen_config)
+        preds.append(pred)
+        scores.append(score)
+    if len(runs) == 1:
+        return preds[0], scores[0]
+    return torch.cat(preds, dim=2), torch.cat(scores, dim=2)
+
+
+def unmask_batched(model, tokens, logits, ks, t_lens, offsets, gen_config, layer_ids):
+    """The same step for all items at once: one scoring call on the packed logits [1, C, sum(t_len), V] (no
+    padding: the per-row work over the vocabulary is done once per real frame), one draw of random numbers, one
+    top-k over [A, C * T_max] with a k per item. tokens [B, C, T_max] updated in place.
+
+    Same random numbers: upstream draws rand_like([1, C, t_len]) per active item, in item order; one draw of the
+    same count, read in that order, is the same numbers on CPU (torch's CPU generator fills sequentially). On
+    CUDA it is not: the Philox offset advances per call, so the batch draws other, equally distributed numbers.
+    Same selection: top-k of the same scores, unless two candidates tie exactly at the k-th place (top-k breaks
+    ties by position, and positions are numbered over T_max here, over t_len upstream).
+    """
+    mask_id, device = model.config.audio_mask_id, tokens.device
+    active = [i for i, k in enumerate(ks) if k > 0]
+    if not active:
+        return
+    lens = torch.tensor([t_lens[i] for i in active], device=device)  # [A]
+    pred_tokens, scores = score_runs(model, logits, [(offsets[i], t_lens[i]) for i in active], gen_config)  # [1, C, N]
+    scores = scores - (layer_ids * gen_config.layer_penalty_factor)
+    C, N = scores.shape[1:]
+    first = torch.cumsum(lens, 0) - lens  # [A] first packed column of each active item
+    item = torch.repeat_interleave(torch.arange(len(active), device=device), lens)  # [N]
+    if gen_config.position_temperature > 0.0:
+        frame = torch.arange(N, device=device) - first[item]  # [N]
+        # column n of codebook c is element c * t_len + frame of its item's [C, t_len] draw
+        order = C * first[item] + torch.arange(C, device=device)[:, None] * lens[item] + frame  # [C, N]
+        uniform = torch.rand(C * N, dtype=scores.dtype, device=device)[order]
+        scores = scores / gen_config.position_temperature + gumbel_noise(uniform)
+    # packed [1, C, N] -> per item [A, C, T]; frames past an item's t_len repeat its last and are masked below
+    T = tokens.size(2)
+    column = first[:, None] + torch.minimum(torch.arange(T, device=device)[None, :], lens[:, None] - 1)  # [A, T]
+    scores = scores[0][:, column].transpose(0, 1)  # [A, C, T]
+    pred_tokens = pred_tokens[0][:, column].transpose(0, 1)
+    index = torch.tensor(active, device=device)
+    sample_tokens = tokens[index]  # [A, C, T]
+    real = (torch.arange(T, device=device)[None, :] < lens[:, None])[:, None, :]  # [A, 1, T]
+    scores.masked_fill_((sample_tokens != mask_id) | ~real, -float("inf"))
+    k = torch.tensor([ks[i] for i in active], device=device)
+    top = torch.topk(scores.reshape(len(active), C * T), max(ks[i] for i in active)).indices  # [A, k_max] best first
+    chosen = torch.zeros(len(active), C * T, dtype=torch.bool, device=device)
+    chosen.scatter_(1, top, torch.arange(top.size(1), device=device)[None, :] < k[:, None])
+    tokens[index] = torch.where(chosen.view(-1, C, T), pred_tokens, sample_tokens)
 
 
 def generate_iterative(model, task, gen_config):
     """Drop-in for `OmniVoice._generate_iterative(task, gen_config)`; returns a list of [C, t_len] tokens."""
-    from omnivoice.models.omnivoice import _gumbel_sample
-
     flags = model.__dict__.get(FLAGS_ATTR, set())
     B, C, mask_id = task.batch_size, model.config.num_audio_codebook, model.config.audio_mask_id
+    V, device = model.config.audio_vocab_size, model.device
     inputs_list = [
         model._prepare_inference_inputs(
             task.texts[i], task.target_lens[i], task.ref_texts[i], task.ref_audio_tokens[i],
@@ -178,39 +332,29 @@ def generate_iterative(model, task, gen_config):
     ]
     c_lens = [inp["input_ids"].size(2) for inp in inputs_list]
     t_lens = list(task.target_lens)
-    build = trimmed_groups if "trimmed_cfg" in flags else padded_groups
-    groups = build(model, inputs_list, c_lens, t_lens)
+    offsets = [sum(t_lens[:i]) for i in range(B)]
+    if {"trimmed_cfg", "batch_invariant"} & flags:
+        layout = trimmed_groups(model, inputs_list, c_lens, t_lens, max_padding=model.__dict__.get(PADDING_ATTR, 0.0),
+                                own_width="batch_invariant" in flags)
+    else:
+        layout = padded_groups(model, inputs_list, c_lens, t_lens)
+    groups = [index_targets(g, offsets) for g in layout]
 
-    tokens = torch.full((B, C, max(t_lens)), mask_id, dtype=torch.long, device=model.device)
+    tokens = torch.full((B, C, max(t_lens)), mask_id, dtype=torch.long, device=device)  # [B, C, T_max]
+    logits = torch.zeros((2, C, sum(t_lens), V), dtype=torch.float32, device=device)  # cond, uncond; items packed
     schedules = unmasking_schedules(t_lens, gen_config, C)
-    layer_ids = torch.arange(C, device=model.device).view(1, -1, 1)
+    layer_ids = torch.arange(C, device=device).view(1, -1, 1)
+    # class_temperature > 0 draws noise inside upstream's _predict_tokens_with_scoring (rand_like of the item's
+    # logits, before the item's position noise); a batched call would draw it in another order
+    unmask = unmask_batched if "batched_scoring" in flags and gen_config.class_temperature <= 0.0 else unmask_one_by_one
 
     for step in range(gen_config.num_step):
-        cond, uncond = [None] * B, [None] * B
         for group in groups:
-            for row, logits in zip(group.rows, group_logits(model, group, flags)):
-                (cond if row.cond else uncond)[row.item] = logits
-
-        for i in range(B):  # upstream's per-item scoring, same order of random draws
-            k = schedules[i][step]
-            if k <= 0:
-                continue
-            t_len = t_lens[i]
-            pred_tokens, scores = model._predict_tokens_with_scoring(cond[i], uncond[i], gen_config)
-            scores = scores - (layer_ids * gen_config.layer_penalty_factor)
-            if gen_config.position_temperature > 0.0:
-                scores = _gumbel_sample(scores, gen_config.position_temperature)
-            sample_tokens = tokens[i : i + 1, :, :t_len]
-            scores.masked_fill_(sample_tokens != mask_id, -float("inf"))
-            _, topk_idx = torch.topk(scores.flatten(), k)
-            flat_tokens = sample_tokens.flatten()
-            flat_tokens[topk_idx] = pred_tokens.flatten()[topk_idx]
-            sample_tokens.copy_(flat_tokens.view_as(sample_tokens))
-            tokens[i : i + 1, :, :t_len] = sample_tokens
-
-        for group in groups:  # write the new tokens into every row of every item
-            for g, row in enumerate(group.rows):
-                group.input_ids[g : g + 1, :, row.start : row.start + row.length] = tokens[row.item : row.item + 1, :, :row.length]
+            logits[group.kinds[:, None], :, group.packed] = group_logits(model, group, flags)  # [G, T, C, V]
+        unmask(model, tokens, logits, [s[step] for s in schedules], t_lens, offsets, gen_config, layer_ids)
+        for group in groups:  # the new tokens into every row: input_ids[g, :, positions[g]] = tokens[item, :, frames]
+            rows = torch.arange(len(group.rows), device=device)[:, None]
+            group.input_ids[rows, :, group.positions] = tokens[group.items[:, None], :, group.frames]  # [G, T, C]
 
     return [tokens[i, :, : t_lens[i]] for i in range(B)]
 

@@ -58,7 +58,7 @@ def _loop_switch(feature: str):
         flags = model.__dict__.setdefault(loop.FLAGS_ATTR, set())
         flags.add(feature)
         model.__dict__["_generate_iterative"] = types.MethodType(loop.generate_iterative, model)
-        if feature == "trimmed_cfg":
+        if feature in ("trimmed_cfg", "batch_invariant"):
             loop.install_padded_key_attention(model)
 
     def revert(model):
@@ -66,10 +66,11 @@ def _loop_switch(feature: str):
 
         flags = model.__dict__.get(loop.FLAGS_ATTR, set())
         flags.discard(feature)
-        if feature == "trimmed_cfg":
+        if feature in ("trimmed_cfg", "batch_invariant") and not {"trimmed_cfg", "batch_invariant"} & flags:
             loop.remove_padded_key_attention(model)
         if not flags:
             model.__dict__.pop(loop.FLAGS_ATTR, None)
+            model.__dict__.pop(loop.PADDING_ATTR, None)
             model.__dict__.pop("_generate_iterative", None)
 
     return apply, revert
@@ -100,6 +101,19 @@ PATCHES = _register(
         "static_prefix", True, ("cpu", "cuda", "mps"), LOOP_RELIES_ON + ("OmniVoice._prepare_embed_inputs",),
         "The static prefix (style, text, reference) is embedded once per generation; each step re-embeds the target.",
         *_loop_switch("static_prefix"),
+    ),
+    Patch(
+        "batched_scoring", True, ("cpu", "cuda", "mps"), LOOP_RELIES_ON,
+        "Scoring and unmasking run for all items of a batch at once (one call, one random draw, one top-k) instead "
+        "of a Python loop over items.",
+        *_loop_switch("batched_scoring"),
+    ),
+    Patch(
+        "batch_invariant", False, ("cpu", "mps"), LOOP_RELIES_ON,
+        "Rows at their own lengths (as trimmed_cfg), each attending over its own item's length instead of the "
+        "batch's longest: an item's output is bit-exact with a batch-1 call of it in deterministic settings "
+        "(position_temperature=0, class_temperature=0), and a mixed-length batch does no work for its longest item.",
+        *_loop_switch("batch_invariant"),
     ),
     Patch(
         "prompt_cache", True, ("cpu", "cuda", "mps"),

@@ -45,21 +45,21 @@ def expected_work(model, kwargs, flags) -> dict:
     """LLM calls, LLM positions, head rows and embedded positions of one generate under the given switches."""
     c_lens, t_lens = lengths(model, kwargs)
     B, max_c, steps = len(c_lens), max(c_lens), NUM_STEP
-    if "trimmed_cfg" in flags:
-        rows = [(c, t, c - t) for c, t in zip(c_lens, t_lens)] + [(t, t, 0) for t in t_lens]  # (length, t_len, start)
-        widths = [max(length, min(loop.MIN_ROWS, max_c)) for length, _, _ in rows]
-        calls = len({length for length, _, _ in rows})
-    else:
-        rows = [(max_c, t, c - t) for c, t in zip(c_lens, t_lens)] + [(max_c, t, 0) for t in t_lens]
-        widths = [max_c] * (2 * B)
-        calls = 1
-    positions = sum(widths)
-    heads = sum(min(w, max(t, loop.MIN_ROWS)) for w, (_, t, _) in zip(widths, rows)) if "sliced_heads" in flags else positions
-    if "static_prefix" in flags:
-        embedded = positions + (steps - 1) * sum(t for _, t, _ in rows)
-    else:
-        embedded = steps * positions
-    return {"llm_calls": steps * calls, "llm_positions": steps * positions, "head_rows": steps * heads,
+    if {"trimmed_cfg", "batch_invariant"} & flags:
+        # one forward per distinct (key width, row length), each row at max(length, MIN_ROWS); keys: the batch's
+        # longest, or with batch_invariant the item's own c_len
+        groups: dict = {}
+        for c, t in zip(c_lens, t_lens):
+            keys = c if "batch_invariant" in flags else max_c
+            for length in (c, t):
+                groups.setdefault((keys, max(length, min(loop.MIN_ROWS, keys))), []).append(t)
+    else:  # one forward of 2B rows at max_c
+        groups = {(max_c, max_c): list(t_lens) * 2}
+    positions = sum(width * len(ts) for (_, width), ts in groups.items())
+    targets = sum(len(ts) * max(ts) for ts in groups.values())  # each row gathered at its group's longest target
+    heads = sum(max(len(ts) * max(ts), loop.MIN_ROWS) for ts in groups.values()) if "sliced_heads" in flags else positions
+    embedded = positions + (steps - 1) * targets if "static_prefix" in flags else steps * positions
+    return {"llm_calls": steps * len(groups), "llm_positions": steps * positions, "head_rows": steps * heads,
             "embedded_positions": embedded}
 
 

@@ -130,9 +130,29 @@ def describe_difference(name: str, a, b) -> str | None:
     return f"{name}: {int(differ.sum())}/{a.numel()} elements differ, {detail}, first at {first}"
 
 
+def per_item_calls(reference: list, steps: list) -> list:
+    """`steps` with each batched scoring call (several items packed along the frame axis: [1, C, sum(t_len), ...])
+    split into per-item calls, cut by the frame counts of the matching calls in `reference` (upstream scores one
+    item per call)."""
+    out, done = [], 0
+    for n in range(0, len(steps) - 3, 4):
+        call, start = steps[n : n + 4], 0
+        while start < call[0][1].size(2):
+            ref = reference[4 * done : 4 * done + 4]
+            if len(ref) < 4:  # more items than the reference scored: keep the rest whole, the counts will differ
+                out += [(name, tensor[:, :, start:]) for name, tensor in call]
+                break
+            t_len = ref[0][1].size(2)
+            out += [(name, tensor[:, :, start : start + t_len]) for (name, _), (_, tensor) in zip(ref, call)]
+            start, done = start + t_len, done + 1
+    return out
+
+
 def compare_runs(stock: Run, candidate: Run, limit: int = 12) -> list:
-    """Every difference between two runs (empty list: bit-exact), stopping after `limit` messages."""
+    """Every difference between two runs (empty list: bit-exact), stopping after `limit` messages. Scoring calls
+    that cover several items at once are compared item by item (`per_item_calls`)."""
     problems = []
+    candidate = Run(per_item_calls(stock.steps, candidate.steps), candidate.tokens, candidate.waveforms)
     if len(stock.steps) != len(candidate.steps):
         problems.append(f"scoring calls: {len(stock.steps) // 4} vs {len(candidate.steps) // 4}")
     for (name, a), (_, b) in zip(stock.steps, candidate.steps):

@@ -29,8 +29,8 @@ def synchronize(device) -> None:
         torch.mps.synchronize()
 
 
-def timed_generate(model, seed: int, **kwargs) -> tuple:
-    """(wall seconds, audio seconds) of one reseeded generate call.
+def timed_generate(model, seed: int | None, **kwargs) -> tuple:
+    """(wall seconds, audio seconds) of one generate call, reseeded unless seed is None.
 
     Audio seconds are the generated frames / frame rate (25/s): the speech the model produced, before
     upstream's silence trimming and edge padding. A random-weight checkpoint speaks near-silence that the
@@ -48,12 +48,24 @@ def timed_generate(model, seed: int, **kwargs) -> tuple:
 
     with overridden(model, "_generate_iterative", counting_iterate):
         synchronize(model.device)
-        torch.manual_seed(seed)
+        if seed is not None:
+            torch.manual_seed(seed)
         start = time.perf_counter()
         model.generate(**kwargs)
         synchronize(model.device)
         seconds = time.perf_counter() - start
     return seconds, sum(frames) / model.audio_tokenizer.config.frame_rate
+
+
+def timed_calls(model, seed: int, calls: list) -> tuple:
+    """(wall seconds, audio seconds) of several generate calls in a row (reseeded once), e.g. a batch's texts
+    one call each."""
+    wall = audio = 0.0
+    torch.manual_seed(seed)
+    for kwargs in calls:
+        seconds, produced = timed_generate(model, None, **kwargs)
+        wall, audio = wall + seconds, audio + produced
+    return wall, audio
 
 
 @dataclass
@@ -89,15 +101,22 @@ def interleaved(model, variants: dict, kwargs: dict, rounds: int, seed: int = 0,
 
     Interleaving spreads slow drifts of a shared machine (other load, clocks) over every variant alike, so
     their ratio is fair even when absolute times are not. `overrides` (name -> generate keyword arguments)
-    changes a variant's settings, e.g. {"preset": {"num_step": 12}}.
+    changes a variant's settings, e.g. {"preset": {"num_step": 12}}. `kwargs` may be a list: one sample is
+    then those calls in a row (`timed_calls`).
     """
     overrides = overrides or {}
     out = {name: Samples(name, tuple(p)) for name, p in variants.items()}
     for r in range(rounds + 1):
         for name, patches in variants.items():
             with fastpath.patched(model, list(patches)):
-                out[name].add(r, *timed_generate(model, seed, **{**kwargs, **overrides.get(name, {})}))
+                out[name].add(r, *timed(model, seed, kwargs, overrides.get(name, {})))
     return out
+
+
+def timed(model, seed, kwargs, overrides: dict) -> tuple:
+    if isinstance(kwargs, list):
+        return timed_calls(model, seed, [{**k, **overrides} for k in kwargs])
+    return timed_generate(model, seed, **{**kwargs, **overrides})
 
 
 @dataclass
@@ -135,7 +154,7 @@ def interleaved_variants(variants: dict, kwargs: dict, rounds: int, seed: int = 
         for r in range(rounds + 1):
             for name, v in variants.items():
                 with fastpath.patched(v.model, [p for p in v.patches if p in PROCESS_GLOBAL]):
-                    out[name].add(r, *timed_generate(v.model, seed, **{**kwargs, **v.overrides}))
+                    out[name].add(r, *timed(v.model, seed, kwargs, v.overrides))
     return out
 
 

@@ -18,13 +18,15 @@ class Point:
     voice: str
     num_step: int
     weight: float
+    each: bool = False  # a list of texts generated one call per text instead of as one batch
 
     @property
     def name(self) -> str:
-        return f"{self.voice}-{self.text}-{self.num_step}"
+        return f"{self.voice}-{self.text}-{self.num_step}" + ("-each" if self.each else "")
 
-    def generate_kwargs(self, model, prompts: dict | None = None, postprocess: bool | None = None) -> dict:
-        """Keyword arguments for model.generate. Voice prompts are encoded once (outside any timing).
+    def generate_kwargs(self, model, prompts: dict | None = None, postprocess: bool | None = None):
+        """Keyword arguments for model.generate; for an `each` point, a list of them (one call per text). Voice
+        prompts are encoded once (outside any timing).
 
         postprocess (default: off for a built random-weight checkpoint, on for real weights) is upstream's
         silence trimming: a random decoder speaks near-silence, which the trimming empties, and upstream then
@@ -43,6 +45,8 @@ class Point:
                 prompts[ref] = model.create_voice_clone_prompt(
                     ref_audio=str(REFERENCE / f"{ref}.wav"), ref_text=(REFERENCE / f"{ref}.txt").read_text().strip())
             kwargs["voice_clone_prompt"] = prompts[ref]
+        if self.each:
+            return [dict(kwargs, text=text) for text in kwargs["text"]]
         return kwargs
 
 

@@ -1,0 +1,152 @@
+"""Batched decoding: a mixed-length batch of eight, scored in one pass, against stock OmniVoice on CPU fp32.
+
+- `batched_scoring` (lossless): bit-exact against the same stock batch call, random numbers included (one draw
+  read in upstream's per-item order), in sampling and deterministic settings, with CPU's cache-sized scoring runs
+  and with one scoring call per step (what other devices do).
+- `batch_invariant` (opt in): each item bit-exact against a stock batch-1 call of it in deterministic settings
+  (position_temperature=0, class_temperature=0). With sampling it cannot be: in a batch, an item's random numbers
+  come after the earlier items' draws from the same generator, in a batch-1 call they start at the seed.
+- Bucketed rows (`loop.set_max_padding`): rows of different lengths share a forward, padding bounded, bit-exact.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fastpath
+from fastpath import loop
+from fastpath.registry import overridden
+from fastpath.testing.parity import Run, compare_runs, record_generation
+from fastpath.testing.speed.points import load_spec
+
+MIXED_8 = load_spec()["texts"]["mixed8"]  # one word to about ten seconds
+BATCH = dict(text=MIXED_8, language="en", num_step=16)
+DETERMINISTIC = dict(language="en", num_step=16, position_temperature=0.0)
+# name -> generate settings; each row says why it is here
+SETTINGS = {
+    "sampling": {},  # upstream defaults: position noise (random numbers every step)
+    "deterministic": dict(position_temperature=0.0),  # no random numbers at all
+    "class_sampling": dict(class_temperature=0.8),  # noise drawn inside upstream's scoring: per-item path kept
+}
+
+
+@pytest.fixture(scope="module")
+def stock_batch(model):
+    cache = {}
+
+    def get(setting):
+        if setting not in cache:
+            assert fastpath.applied(model) == []
+            cache[setting] = record_generation(model, seed=0, **BATCH, **SETTINGS[setting])
+        return cache[setting]
+
+    return get
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("run_elements", [loop.SCORE_RUN_ELEMENTS, float("inf")], ids=["cpu-runs", "one-call"])
+@pytest.mark.parametrize("patches", [("batched_scoring",), tuple(fastpath.LOSSLESS)], ids="+".join)
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_batched_scoring_is_bit_exact_on_a_mixed_batch(model, stock_batch, setting, patches, run_elements, monkeypatch):
+    stock = stock_batch(setting)
+    monkeypatch.setattr(loop, "SCORE_RUN_ELEMENTS", run_elements)
+    with fastpath.patched(model, list(patches)):
+        candidate = record_generation(model, seed=0, **BATCH, **SETTINGS[setting])
+    problems = compare_runs(stock, candidate)
+    assert not problems, f"{'+'.join(patches)}, {setting}: not bit-exact:\n  " + "\n  ".join(problems)
+
+
+def scoring_calls(model, **kwargs) -> int:
+    calls = []
+
+    def counting(predict):
+        def count(*args):
+            calls.append(args[0].shape)
+            return predict(*args)
+
+        return count
+
+    with overridden(model, "_predict_tokens_with_scoring", counting):
+        torch.manual_seed(0)
+        model.generate(**kwargs)
+    return len(calls)
+
+
+@pytest.mark.cpu
+def test_batched_scoring_scores_each_step_in_one_call(model, monkeypatch):
+    """Upstream scores item by item (8 calls a step here); batched, one call a step (CPU's cache-sized runs off)."""
+    kwargs = dict(BATCH, num_step=4, postprocess_output=False)
+    stock = scoring_calls(model, **kwargs)
+    monkeypatch.setattr(loop, "SCORE_RUN_ELEMENTS", float("inf"))
+    with fastpath.patched(model, "batched_scoring"):
+        batched = scoring_calls(model, **kwargs)
+    assert (stock, batched) == (4 * len(MIXED_8), 4), f"scoring calls: stock {stock}, batched {batched}"
+
+
+def as_one_batch(alone: list) -> Run:
+    """Batch-1 runs arranged as a batch run records them: per step, item by item (an item whose schedule is
+    spent stops being scored, as upstream skips it), then each item's tokens and waveform."""
+    steps = []
+    for step in range(max(len(run.steps) // 4 for run in alone)):
+        for run in alone:
+            steps += run.steps[4 * step : 4 * step + 4]
+    return Run(steps, [run.tokens[0] for run in alone], [run.waveforms[0] for run in alone])
+
+
+@pytest.fixture(scope="module")
+def batch_1_calls(model):
+    """Stock, deterministic settings: each text of the batch in a call of its own."""
+    return as_one_batch([record_generation(model, seed=0, text=text, **DETERMINISTIC) for text in MIXED_8])
+
+
+@pytest.mark.cpu
+def test_batch_invariant_items_equal_batch_1_calls(model, batch_1_calls):
+    """Deterministic settings: every item of a batch of eight is bit-exact (per-step logits, scores, tokens,
+    waveform) with a stock call on it alone."""
+    with fastpath.patched(model, list(fastpath.LOSSLESS) + ["batch_invariant"]):
+        batch = record_generation(model, seed=0, text=MIXED_8, **DETERMINISTIC)
+    problems = compare_runs(batch_1_calls, batch)
+    assert not problems, "batch_invariant: items differ from their batch-1 calls:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.cpu
+def test_batch_invariant_is_needed_for_that(model, batch_1_calls):
+    """Control: the lossless stack (attention over the batch's longest item, as stock) does not reproduce the
+    batch-1 calls, so the test above can fail."""
+    with fastpath.patched(model):
+        batch = record_generation(model, seed=0, text=MIXED_8, **DETERMINISTIC)
+    assert compare_runs(batch_1_calls, batch), "stock-width attention reproduced batch-1 calls: the control has no power"
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("max_padding", [0.25, 0.6])
+def test_bucketed_rows_are_bit_exact_and_bounded(model, stock_batch, max_padding):
+    from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
+
+    with fastpath.patched(model):
+        loop.set_max_padding(model, max_padding)
+        candidate = record_generation(model, seed=0, **BATCH)
+        # the layout itself: fewer forwards than distinct lengths, each row padded by at most max_padding
+        task = model._preprocess_all(text=MIXED_8, language="en")
+        cfg = OmniVoiceGenerationConfig()
+        inputs = [model._prepare_inference_inputs(task.texts[i], task.target_lens[i], None, None, task.langs[i],
+                                                  task.instructs[i], cfg.denoise) for i in range(task.batch_size)]
+        c_lens = [x["input_ids"].size(2) for x in inputs]
+        groups = loop.trimmed_groups(model, inputs, c_lens, task.target_lens, max_padding=max_padding)
+    problems = compare_runs(stock_batch("sampling"), candidate)
+    assert not problems, f"max_padding {max_padding}: not bit-exact:\n  " + "\n  ".join(problems)
+    lengths = {(c if r else t) for c, t in zip(c_lens, task.target_lens) for r in (True, False)}
+    assert len(groups) < len(lengths), f"{len(groups)} forwards for {len(lengths)} distinct row lengths"
+    for g in groups:
+        width = g.input_ids.size(2)
+        for row in g.rows:
+            own = c_lens[row.item] if row.cond else row.length
+            assert width - own <= max_padding * width, f"row of {own} padded to {width} (bound {max_padding})"
+
+
+def test_max_padding_refuses_nonsense(model):
+    for bad in (-0.1, 1.0, 3):
+        with pytest.raises(ValueError, match="must be in"):
+            loop.set_max_padding(model, bad)
+    assert loop.PADDING_ATTR not in model.__dict__
