@@ -62,6 +62,11 @@ TABLE = {
                              "(not yet measured here on CUDA)"),
         "mps": Default(OFF, "opt in, as on CPU"),
     },
+    "prefix_kv_cache": {
+        "cpu": Default(OFF, "lossy: changes the output; a candidate for the quality gate, never a default"),
+        "cuda": Default(OFF, "lossy: changes the output; a candidate for the quality gate, never a default"),
+        "mps": Default(OFF, "lossy: changes the output; a candidate for the quality gate, never a default"),
+    },
     "prompt_cache": {
         "cpu": Default(ON, "bit-exact; a reused reference is encoded once"),
         "cuda": Default(ON, "a reused reference is encoded once (encoding costs 1-2 s per call, reference 001)"),

@@ -1,5 +1,6 @@
-"""The fastpath unmasking loop: upstream `OmniVoice._generate_iterative` with three lossless switches.
+"""The fastpath unmasking loop: upstream `OmniVoice._generate_iterative` with switches.
 
+Lossless (bit-exact on CPU fp32):
 - `trimmed_cfg`: stock runs the B conditional and B unconditional rows as one batch padded to the longest
   conditional row; here each row runs at its own length (rows of equal length share a batch), so projections,
   MLPs and heads do no work on padding. Only inside attention are queries, keys and values zero-padded back to
@@ -10,10 +11,18 @@
 - `sliced_heads`: the audio heads (hidden -> 8 x 1025 logits) run only on the target positions the sampler
   reads, not on style, text and reference positions.
 - `static_prefix`: the input embedding of the static prefix (style, text, reference) is computed once per
-  generation; each step re-embeds only the target slice.
+  generation; each step re-embeds only the target frames.
+- `batched_scoring`: all items of a batch scored and unmasked at once (`unmask_batched`), logits packed along
+  the frame axis; the random numbers are the ones upstream draws item by item, read in its order.
+
+Opt in:
+- `batch_invariant`: rows attend over their own item's length, not the batch's longest; each item then equals
+  a batch-1 call of it (deterministic settings), and a mixed-length batch costs what its items cost alone.
+- `prefix_kv_cache` (lossy): the conditional rows' prefix keys/values are reused between refresh steps
+  (`prefix_cached_llm`).
 
 Everything else (schedule, scoring, Gumbel position sampling, the order random numbers are drawn in) is
-upstream's own code, called through the model, so the random stream and the per-step logits stay the same.
+upstream's own code or follows it step for step, so the random stream and the per-step logits stay the same.
 """
 
 from __future__ import annotations
@@ -23,8 +32,10 @@ from dataclasses import dataclass
 
 import torch
 
-FEATURES = ("trimmed_cfg", "sliced_heads", "static_prefix", "batched_scoring", "batch_invariant")
+FEATURES = ("trimmed_cfg", "sliced_heads", "static_prefix", "batched_scoring", "batch_invariant", "prefix_kv_cache")
 FLAGS_ATTR = "_fastpath_loop"  # instance attribute: the set of switches that are on
+REFRESH_ATTR = "_fastpath_prefix_refresh"  # instance attribute: prefix_kv_cache's refresh interval in steps
+DEFAULT_REFRESH = 2  # the mildest staleness; agreement and speed per interval: README, baselines/prefix_kv_cache.json
 PADDING_ATTR = "_fastpath_max_padding"  # instance attribute: the padding trimmed rows may take to share a batch
 MIN_ROWS = 16  # no GEMM of fewer rows than this: small-M kernels round differently from stock's large batch
 
@@ -53,6 +64,14 @@ class Group:
     frames: torch.Tensor | None = None  # [G, T] target frame 0..t_len-1, the last one repeated past t_len
     positions: torch.Tensor | None = None  # [G, T] sequence position of that frame in the row: start + frame
     packed: torch.Tensor | None = None  # [G, T] column of that frame in the packed logits: item offset + frame
+    prefix_kv: object = None  # prefix_kv_cache: a transformers DynamicCache of the prefix keys/values [G, kv, start, d]
+
+
+def set_prefix_refresh(model, refresh: int) -> None:
+    """prefix_kv_cache: recompute the prefix keys/values every `refresh` unmasking steps (1: every step, exact)."""
+    if isinstance(refresh, bool) or not isinstance(refresh, int) or refresh < 1:
+        raise ValueError(f"prefix refresh {refresh!r} must be an integer >= 1 (1 recomputes the prefix every step)")
+    model.__dict__[REFRESH_ATTR] = refresh
 
 
 def set_max_padding(model, fraction: float) -> None:
@@ -126,13 +145,16 @@ def padded_groups(model, inputs_list, c_lens, t_lens):
     return [Group(rows, ids, audio_mask, attention)]
 
 
-def trimmed_groups(model, inputs_list, c_lens, t_lens, max_padding: float = 0.0, own_width: bool = False):
+def trimmed_groups(model, inputs_list, c_lens, t_lens, max_padding: float = 0.0, own_width: bool = False,
+                   by_start: bool = False):
     """Each row at its own length; rows share a batch when padding them to the longest costs each at most
     `max_padding` of the batch width (0: equal lengths only).
 
     The attention mask is [G, 1, W, P]: True on the row's own keys, False on the key padding that
     `padded_key_attention` adds, so every query reduces over P keys: the stock batch's width max(c_lens), or with
-    `own_width` the row's item's own c_len, the width a batch-1 call of that item reduces over.
+    `own_width` the row's item's own c_len, the width a batch-1 call of that item reduces over. With `by_start`,
+    only rows whose target starts at the same position share a batch (one prefix length per batch, for
+    prefix_kv_cache).
     """
     max_c = max(c_lens)
     C, mask_id = model.config.num_audio_codebook, model.config.audio_mask_id
@@ -145,9 +167,11 @@ def trimmed_groups(model, inputs_list, c_lens, t_lens, max_padding: float = 0.0,
         members.append((Row(i, False, 0, u), inp["input_ids"][..., -u:], inp["audio_mask"][..., -u:], width))
     row_len = lambda m: m[1].size(-1)  # noqa: E731
     buckets: list = []  # longest rows first; a row joins the last bucket of its key width if the padding allows
-    for m in sorted(members, key=lambda m: (m[3], -row_len(m))):  # stable: cond rows before uncond at a tie
+    order = (lambda m: (m[3], -row_len(m), m[0].start)) if by_start else (lambda m: (m[3], -row_len(m)))
+    for m in sorted(members, key=order):  # stable: cond rows before uncond at a tie
         last = buckets[-1] if buckets else None
-        if last and last[0][3] == m[3] and row_len(last[0]) - row_len(m) <= max_padding * row_len(last[0]):
+        same_start = not by_start or (last and last[0][0].start == m[0].start)
+        if last and same_start and last[0][3] == m[3] and row_len(last[0]) - row_len(m) <= max_padding * row_len(last[0]):
             last.append(m)
         else:
             buckets.append([m])
@@ -196,10 +220,10 @@ def group_embeds(model, group: Group, flags):
     return group.embeds
 
 
-def group_logits(model, group: Group, flags):
+def group_logits(model, group: Group, flags, step: int = 0):
     """Float32 logits at every row's target frames: [G, T, C, V] (frames past a row's t_len repeat its last)."""
     rows = torch.arange(len(group.rows), device=group.input_ids.device)[:, None]  # [G, 1]
-    if not ({"sliced_heads", "static_prefix"} & flags):
+    if not ({"sliced_heads", "static_prefix", "prefix_kv_cache"} & flags):
         logits = model(
             input_ids=group.input_ids, audio_mask=group.audio_mask, attention_mask=group.attention_mask
         ).logits.to(torch.float32)  # [G, C, L, V]
@@ -207,10 +231,53 @@ def group_logits(model, group: Group, flags):
 
     # as upstream OmniVoice.forward, with the heads applied separately
     embeds = group_embeds(model, group, flags)
-    hidden = model.llm(inputs_embeds=embeds, attention_mask=group.attention_mask, return_dict=True, position_ids=None)[0]
+    if "prefix_kv_cache" in flags and group.rows[0].start > 0:
+        hidden, first = prefix_cached_llm(model, group, embeds, step)  # hidden covers positions first..W-1
+    else:
+        hidden, first = model.llm(
+            inputs_embeds=embeds, attention_mask=group.attention_mask, return_dict=True, position_ids=None
+        )[0], 0
     if "sliced_heads" in flags:
-        return audio_logits(model, hidden[rows, group.positions])  # heads on [G, T, H] only
-    return audio_logits(model, hidden)[rows, group.positions]
+        return audio_logits(model, hidden[rows, group.positions - first])  # heads on [G, T, H] only
+    return audio_logits(model, hidden)[rows, group.positions - first]
+
+
+def prefix_cached_llm(model, group: Group, embeds, step: int):
+    """prefix_kv_cache (lossy): the LLM over a batch of conditional rows that share one prefix length `start`.
+
+    At a refresh step (every `refresh` steps, from step 0) the whole rows run, as without the cache, and each
+    layer's keys/values of the prefix positions are kept. At the other steps only the target positions run: their
+    queries attend over the kept prefix keys/values and their own fresh ones. Stale, because the prefix's keys and
+    values depend on the target tokens through bidirectional attention, and those change every step; refresh 1
+    is the exact computation. Returns (hidden [G, W - first, H], first).
+    """
+    from transformers import DynamicCache
+
+    start, refresh = group.rows[0].start, model.__dict__.get(REFRESH_ATTR, DEFAULT_REFRESH)
+    if refresh == 1:
+        hidden = model.llm(inputs_embeds=embeds, attention_mask=group.attention_mask, return_dict=True)[0]
+        return hidden, 0
+    if group.prefix_kv is None or step % refresh == 0:
+        cache = DynamicCache(config=model.llm.config)
+        hidden = model.llm(inputs_embeds=embeds, attention_mask=group.attention_mask, cache=cache, use_cache=True,
+                           return_dict=True)[0]
+        keep_prefix(cache, start)  # keys/values of the prefix positions only: [G, kv_heads, start, d] per layer
+        group.prefix_kv = cache
+        return hidden, 0
+    W = embeds.size(1)
+    hidden = model.llm(
+        inputs_embeds=embeds[:, start:],  # [G, W - start, H]; positions continue from the cache's length
+        attention_mask=group.attention_mask[:, :, start:, :W],  # [G, 1, W - start, W]: kept prefix + own keys
+        cache=group.prefix_kv, use_cache=True, return_dict=True,
+    )[0]
+    keep_prefix(group.prefix_kv, start)  # drop this step's target keys/values again
+    return hidden, start
+
+
+def keep_prefix(cache, start: int) -> None:
+    extra = cache.get_seq_length() - start
+    if extra > 0:
+        cache.crop(-extra)  # transformers >= 5: crop(-n) removes the last n positions
 
 
 def gumbel_noise(uniform):
@@ -333,9 +400,9 @@ def generate_iterative(model, task, gen_config):
     c_lens = [inp["input_ids"].size(2) for inp in inputs_list]
     t_lens = list(task.target_lens)
     offsets = [sum(t_lens[:i]) for i in range(B)]
-    if {"trimmed_cfg", "batch_invariant"} & flags:
+    if {"trimmed_cfg", "batch_invariant", "prefix_kv_cache"} & flags:
         layout = trimmed_groups(model, inputs_list, c_lens, t_lens, max_padding=model.__dict__.get(PADDING_ATTR, 0.0),
-                                own_width="batch_invariant" in flags)
+                                own_width="batch_invariant" in flags, by_start="prefix_kv_cache" in flags)
     else:
         layout = padded_groups(model, inputs_list, c_lens, t_lens)
     groups = [index_targets(g, offsets) for g in layout]
@@ -350,7 +417,7 @@ def generate_iterative(model, task, gen_config):
 
     for step in range(gen_config.num_step):
         for group in groups:
-            logits[group.kinds[:, None], :, group.packed] = group_logits(model, group, flags)  # [G, T, C, V]
+            logits[group.kinds[:, None], :, group.packed] = group_logits(model, group, flags, step)  # [G, T, C, V]
         unmask(model, tokens, logits, [s[step] for s in schedules], t_lens, offsets, gen_config, layer_ids)
         for group in groups:  # the new tokens into every row: input_ids[g, :, positions[g]] = tokens[item, :, frames]
             rows = torch.arange(len(group.rows), device=device)[:, None]
@@ -368,8 +435,9 @@ def padded_key_attention(inner: str):
 
     def attention(module, query, key, value, attention_mask, **kwargs):
         # query: [G, heads, L, d]; key/value: [G, kv_heads, L, d]; attention_mask: [G, 1, L, P], P >= L
+        # (prefix_kv_cache's cached steps pass fewer queries than keys, with a mask as wide as the keys: as is)
         L = query.size(2)
-        pad = 0 if attention_mask is None or attention_mask.dim() != 4 else attention_mask.size(-1) - L
+        pad = 0 if attention_mask is None or attention_mask.dim() != 4 else attention_mask.size(-1) - key.size(2)
         if pad <= 0:
             return ALL_ATTENTION_FUNCTIONS[inner](module, query, key, value, attention_mask, **kwargs)
         pad_seq = (0, 0, 0, pad)  # zero rows appended along the sequence dim

@@ -51,6 +51,9 @@ LOOP_RELIES_ON = (
 )
 
 
+TRIMMED_LAYOUT = ("trimmed_cfg", "batch_invariant", "prefix_kv_cache")  # loop switches that run rows at own lengths
+
+
 def _loop_switch(feature: str):
     def apply(model):
         from fastpath import loop  # torch is imported on first use, not with the package
@@ -58,7 +61,7 @@ def _loop_switch(feature: str):
         flags = model.__dict__.setdefault(loop.FLAGS_ATTR, set())
         flags.add(feature)
         model.__dict__["_generate_iterative"] = types.MethodType(loop.generate_iterative, model)
-        if feature in ("trimmed_cfg", "batch_invariant"):
+        if feature in TRIMMED_LAYOUT:
             loop.install_padded_key_attention(model)
 
     def revert(model):
@@ -66,11 +69,12 @@ def _loop_switch(feature: str):
 
         flags = model.__dict__.get(loop.FLAGS_ATTR, set())
         flags.discard(feature)
-        if feature in ("trimmed_cfg", "batch_invariant") and not {"trimmed_cfg", "batch_invariant"} & flags:
+        if feature in TRIMMED_LAYOUT and not set(TRIMMED_LAYOUT) & flags:
             loop.remove_padded_key_attention(model)
         if not flags:
             model.__dict__.pop(loop.FLAGS_ATTR, None)
             model.__dict__.pop(loop.PADDING_ATTR, None)
+            model.__dict__.pop(loop.REFRESH_ATTR, None)
             model.__dict__.pop("_generate_iterative", None)
 
     return apply, revert
@@ -114,6 +118,12 @@ PATCHES = _register(
         "batch's longest: an item's output is bit-exact with a batch-1 call of it in deterministic settings "
         "(position_temperature=0, class_temperature=0), and a mixed-length batch does no work for its longest item.",
         *_loop_switch("batch_invariant"),
+    ),
+    Patch(
+        "prefix_kv_cache", False, ("cpu", "cuda", "mps"), LOOP_RELIES_ON + ("OmniVoice._prepare_embed_inputs",),
+        "Lossy, opt in: the prefix's keys/values are computed at a refresh step (every 2 by default, "
+        "fastpath.loop.set_prefix_refresh) and reused by the steps between, which run the target positions only.",
+        *_loop_switch("prefix_kv_cache"),
     ),
     Patch(
         "prompt_cache", True, ("cpu", "cuda", "mps"),

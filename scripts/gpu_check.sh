@@ -5,7 +5,8 @@
 #   3. pytest -m cuda over tests_parity, then tests_speed (each log holds every measured value: -rA)
 #   4. benchmark stock eager fp32 and bf16, the GPU stack, and the full preset (GPU stack + 12 steps), and write
 #      the samples as this device's speed baseline, <device key>.json
-# Everything lands in $OUT (the run tool's result folder; default out/gpu here), 6 files. Each stage has
+#   4b. the same for 8 mixed-length utterances, one batch against one call each (issue 7's batching target)
+# Everything lands in $OUT (the run tool's result folder; default out/gpu here), 8 files. Each stage has
 # its own time limit, so a slow stage still leaves the others' results. About 8 minutes on an H200.
 #
 #   run(command="bash scripts/gpu_check.sh", carry=[".whl"], timeout_s=560)
@@ -65,7 +66,7 @@ for tier in parity speed; do
 done
 
 stage "4/4 bench + baseline"
-timeout "${BENCH_LIMIT:-130}" $PY -m fastpath.testing.speed.bench --size full --device cuda \
+timeout "${BENCH_LIMIT:-110}" $PY -m fastpath.testing.speed.bench --size full --device cuda \
   --points clone6-medium-32 auto-short-10 --variants stock@fp32 stock@bf16 gpu@bf16 preset@bf16 --rounds 6 \
   --out "$OUT/bench.json" --save-baseline "$OUT/baseline.json" >"$OUT/bench.log" 2>&1
 echo "bench exit $?"
@@ -73,6 +74,12 @@ if [ -f "$OUT/baseline.json" ]; then
   key=$($PY -c "import json,sys; print(json.load(open(sys.argv[1]))['device_key'])" "$OUT/baseline.json")
   mv "$OUT/baseline.json" "$OUT/$key.json" && echo "baseline: $OUT/$key.json (copy to baselines/)"
 fi
+
+stage "4b batching: 8 mixed-length utterances as one batch vs one call each (target: >= 3x utterances/s)"
+timeout "${BATCH_LIMIT:-60}" $PY -m fastpath.testing.speed.bench --size full --device cuda \
+  --points clone3-mixed8-16 clone3-mixed8-16-each --variants stock@bf16 gpu@bf16 --rounds 2 \
+  --out "$OUT/batching.json" >"$OUT/batching.log" 2>&1
+echo "batching bench exit $?"; tail -n 12 "$OUT/batching.log"
 
 stage "summary"
 grep -hE "^(target|forward_ms|first_request|memory_mib|many_shapes|graph_stats|vocoder|compile_)" "$OUT/speed.log" \

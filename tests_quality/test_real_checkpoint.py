@@ -1,7 +1,7 @@
 """Real-checkpoint quality: speedup configs vs stock through the gate on the dev set (GPU, real weights).
 
 Stock is 32 sampling steps with a ~10 s voice prompt. Candidates: 16, 12 and 10 steps; a ~3 s voice prompt;
-the lossless patch stack. Each verdict is printed; a non-passing one leaves a listening pack under
+the lossless patch stack; the lossless stack + prefix_kv_cache (lossy) at refresh intervals 2 and 4. Each verdict is printed; a non-passing one leaves a listening pack under
 <cache>/packs/<name>/.
 """
 
@@ -95,3 +95,22 @@ def test_lossless_stack(judge, real_model, stock_set, dev_sentences, wer_margin)
     finally:
         fastpath.revert(model)
     gate_candidate(judge, stock_set, clips, "lossless", wer_margin)
+
+
+@pytest.mark.parametrize("refresh", [2, 4])
+def test_prefix_kv_cache(judge, real_model, stock_set, dev_sentences, wer_margin, refresh):
+    """The approximate prefix cache decides here: its token agreement on random weights (README) says how much
+    it changes, only a real checkpoint can say whether that is audible in WER."""
+    import fastpath
+    from fastpath import loop
+
+    model, identity = real_model
+    prompt, _ = stock_set
+    fastpath.apply(model, list(fastpath.LOSSLESS) + ["prefix_kv_cache"])
+    loop.set_prefix_refresh(model, refresh)
+    try:
+        clips = harness.generate_set(model, dev_sentences, {**STOCK, "tag": f"prefix-kv-r{refresh}"},
+                                     voice_prompt=prompt, checkpoint_id=identity)
+    finally:
+        fastpath.revert(model)
+    gate_candidate(judge, stock_set, clips, f"prefix-kv-r{refresh}", wer_margin)

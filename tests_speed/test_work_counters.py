@@ -9,6 +9,7 @@ are compared exactly with the values recorded in `baselines/work_counters.json` 
 from __future__ import annotations
 
 import json
+import math
 from importlib import metadata
 
 import pytest
@@ -17,7 +18,7 @@ import fastpath
 from fastpath import loop
 from fastpath.testing.checkpoint import REPO_ROOT
 from fastpath.testing.parity import POINTS
-from fastpath.testing.speed.measure import count_work
+from fastpath.testing.speed.measure import count_work, sequence_lengths
 
 WORK_FILE = REPO_ROOT / "baselines" / "work_counters.json"
 SAVE_COMMAND = ".venv/bin/python -m pytest tests_speed/test_work_counters.py --save-baseline"
@@ -26,19 +27,7 @@ NUM_STEP = 8  # counts scale linearly with steps; fewer keep the default run fas
 
 
 def lengths(model, kwargs):
-    """(c_lens, t_lens) of one non-chunked generate, as upstream computes them."""
-    from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
-
-    call = {k: v for k, v in kwargs.items() if k not in ("num_step",)}
-    task = model._preprocess_all(**call)
-    cfg = OmniVoiceGenerationConfig(num_step=NUM_STEP)
-    assert not task.get_indices(cfg, model.audio_tokenizer.config.frame_rate)[1], "point must not be chunked"
-    c_lens = [
-        model._prepare_inference_inputs(task.texts[i], task.target_lens[i], task.ref_texts[i], task.ref_audio_tokens[i],
-                                        task.langs[i], task.instructs[i], cfg.denoise)["input_ids"].size(2)
-        for i in range(task.batch_size)
-    ]
-    return c_lens, list(task.target_lens)
+    return sequence_lengths(model, kwargs, NUM_STEP)
 
 
 def expected_work(model, kwargs, flags) -> dict:
@@ -77,7 +66,8 @@ def check_counts(model, kwargs, patches) -> dict:
     return got
 
 
-CASES = [()] + [(n,) for n in loop.FEATURES] + [tuple(fastpath.LOSSLESS)]
+# prefix_kv_cache's work depends on the refresh interval: its own test below
+CASES = [()] + [(n,) for n in loop.FEATURES if n != "prefix_kv_cache"] + [tuple(fastpath.LOSSLESS)]
 
 
 @pytest.mark.cpu
@@ -127,3 +117,18 @@ def test_flops_match_the_recorded_counts(model, checkpoint, point, request):
         pytest.skip(f"no recorded work counts for {key} / {point}; record them with: {SAVE_COMMAND}")
     assert got == recorded, f"{point}: work changed (measured vs recorded):\n{got}\n{recorded}"
     assert got["fastpath"]["flops"] < got["stock"]["flops"]
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("refresh", [2, 4])
+def test_prefix_kv_cache_runs_only_the_target_between_refreshes(model, refresh):
+    """LLM positions: the conditional row is whole at refresh steps, its target only in between; the
+    unconditional row (target only) is unchanged."""
+    kwargs = POINTS["voice_clone_audio"]
+    (c_len,), (t_len,) = lengths(model, kwargs)
+    refreshes = math.ceil(NUM_STEP / refresh)
+    want = refreshes * c_len + (NUM_STEP - refreshes) * t_len + NUM_STEP * max(t_len, loop.MIN_ROWS)
+    with fastpath.patched(model, list(fastpath.LOSSLESS) + ["prefix_kv_cache"]):
+        loop.set_prefix_refresh(model, refresh)
+        got = count_work(model, seed=0, num_step=NUM_STEP, **kwargs).llm_positions
+    assert got == want, f"refresh {refresh}: {got} LLM positions, expected {want} (c_len {c_len}, t_len {t_len})"

@@ -9,6 +9,7 @@ Variants by name (`--variants`), each optionally at a dtype (`name@bf16`), for t
         --save-baseline out/baseline.json
 
     stock      no patch                        lossless   the CPU-exact stack (fastpath.LOSSLESS)
+    batch-invariant  lossless + batch_invariant    prefix-kv  lossless + prefix_kv_cache (lossy, refresh 2)
     gpu        fastpath.defaults(device)       preset     gpu + fastpath.FULL_PRESET (12 steps)
     stock-preset  no patch, 12 steps           gpu-compiled / gpu-reduce-overhead / gpu-max-autotune
                                                gpu with cuda_graphs replaced by that compile mode
@@ -70,6 +71,8 @@ def variant_table(device: str) -> dict:
         "stock": ((), {}),
         "stock-preset": ((), dict(fastpath.FULL_PRESET)),
         "lossless": (tuple(fastpath.LOSSLESS), {}),
+        "batch-invariant": (tuple(fastpath.LOSSLESS) + ("batch_invariant",), {}),
+        "prefix-kv": (tuple(fastpath.LOSSLESS) + ("prefix_kv_cache",), {}),  # default refresh interval
         "gpu": (tuple(gpu), {}),
         "preset": (tuple(gpu), dict(fastpath.FULL_PRESET)),
         "gpu-compiled": (_replace_graphs(gpu, "compiled_llm"), {}),

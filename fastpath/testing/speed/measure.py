@@ -228,3 +228,20 @@ def count_work(model, seed: int = 0, **kwargs) -> Work:
         model.generate(**kwargs)
     work.flops = int(flop_mode.get_total_flops())
     return work
+
+
+def sequence_lengths(model, kwargs: dict, num_step: int = 32) -> tuple:
+    """(c_lens, t_lens) of one non-chunked generate, as upstream computes them: the lengths work counts follow."""
+    from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
+
+    call = {k: v for k, v in kwargs.items() if k not in ("num_step",)}
+    task = model._preprocess_all(**call)
+    cfg = OmniVoiceGenerationConfig(num_step=num_step)
+    if task.get_indices(cfg, model.audio_tokenizer.config.frame_rate)[1]:
+        raise ValueError("these generate arguments take the chunked path: one sequence length per chunk, not per item")
+    c_lens = [
+        model._prepare_inference_inputs(task.texts[i], task.target_lens[i], task.ref_texts[i], task.ref_audio_tokens[i],
+                                        task.langs[i], task.instructs[i], cfg.denoise)["input_ids"].size(2)
+        for i in range(task.batch_size)
+    ]
+    return c_lens, list(task.target_lens)
