@@ -109,21 +109,24 @@ def build_variants(ckpt, specs: list, device: str) -> dict:
     return out
 
 
-def run_bench(model, names, rounds: int, variants: dict) -> dict:
+def point_kwargs(name: str, model, prompts: dict, steps: int | None = None):
+    """generate kwargs of a point (a list for an `each` point), with its step count replaced by `steps` if given."""
+    kwargs = point(name).generate_kwargs(model, prompts)
+    if steps is None:
+        return kwargs
+    return [dict(k, num_step=steps) for k in kwargs] if isinstance(kwargs, list) else dict(kwargs, num_step=steps)
+
+
+def run_bench(model, names, rounds: int, variants: dict, steps: int | None = None) -> dict:
     prompts: dict = {}
-    results = {}
-    for name in names:
-        kwargs = point(name).generate_kwargs(model, prompts)
-        results[name] = interleaved(model, variants, kwargs, rounds)
-    return results
+    return {name: interleaved(model, variants, point_kwargs(name, model, prompts, steps), rounds) for name in names}
 
 
-def run_variant_bench(variants: dict, names, rounds: int) -> dict:
+def run_variant_bench(variants: dict, names, rounds: int, steps: int | None = None) -> dict:
     """Points x variants (name -> measure.Variant), interleaved; voice prompts encoded once with the first model."""
     prompts: dict = {}
     first = next(iter(variants.values())).model
-    return {name: interleaved_variants(variants, point(name).generate_kwargs(first, prompts), rounds)
-            for name in names}
+    return {name: interleaved_variants(variants, point_kwargs(name, first, prompts, steps), rounds) for name in names}
 
 
 def format_table(results: dict, variants: dict, machine: str) -> str:
@@ -169,6 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="dtype of variants named without @dtype")
     parser.add_argument("--points", nargs="+", default=["clone6-medium-32"], help="fixtures/speed_points.json names")
     parser.add_argument("--rounds", type=_positive, default=5, help="timed rounds per variant, after one warm-up")
+    parser.add_argument("--num-step", type=_positive, default=None,
+                        help="unmasking steps for every point instead of its own (not with --save-baseline)")
     parser.add_argument("--variants", nargs="+", default=None, metavar="NAME[@DTYPE]",
                         help="variants to time; none: stock and the lossless stack on one model")
     parser.add_argument("--out", type=Path, default=None, help="JSON with every sample and the machine")
@@ -183,6 +188,8 @@ def main(argv=None) -> int:
     argv_list = list(sys.argv[1:] if argv is None else argv)
     command = " ".join(shlex.quote(a) for a in ["python", "-m", "fastpath.testing.speed.bench", *argv_list])
 
+    if args.num_step is not None and args.save_baseline:
+        parser.error("--num-step changes the points, so their baseline would be wrong; drop one of the two")
     ckpt = resolve_checkpoint(args.checkpoint, size=args.size)
     if args.variants:
         try:
@@ -190,12 +197,12 @@ def main(argv=None) -> int:
         except argparse.ArgumentTypeError as err:
             parser.error(str(err))
         variants = build_variants(ckpt, list(specs.values()), args.device)
-        results = run_variant_bench(variants, args.points, args.rounds)
+        results = run_variant_bench(variants, args.points, args.rounds, args.num_step)
     else:
         specs = {"stock": VariantSpec("stock", (), args.dtype),
                  "fastpath": VariantSpec("fastpath", fastpath.LOSSLESS, args.dtype)}
         model = load_model(ckpt, device=args.device, dtype=torch_dtype(args.dtype))
-        results = run_bench(model, args.points, args.rounds, {n: s.patches for n, s in specs.items()})
+        results = run_bench(model, args.points, args.rounds, {n: s.patches for n, s in specs.items()}, args.num_step)
     info = machine_info(args.device)
     gpu = f"{info.get('gpu_name')}, " if info.get("gpu_name") else ""
     machine = (f"{gpu}{info.get('cpu_model')}, {info.get('logical_cores')} cores, torch "
