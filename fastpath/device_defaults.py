@@ -50,9 +50,8 @@ TABLE = {
     },
     "batched_scoring": {
         "cpu": Default(ON, "bit-exact; a batch is scored in one pass instead of one small pass per item"),
-        "cuda": Default(ON, "about 20 kernel launches per step instead of about 20 per item; the random draws "
-                            "differ from stock's (one Philox call per step) but are drawn from the same "
-                            "distribution (not yet measured here on CUDA)"),
+        "cuda": Default(ON, "about 20 kernel launches per step plus one random draw per item, instead of "
+                            "about 20 per item; the same random numbers as stock (not yet measured here on CUDA)"),
         "mps": Default(ON, "bit-exact on CPU; fewer, larger kernels on any device"),
     },
     "batch_invariant": {

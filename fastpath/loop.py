@@ -310,6 +310,7 @@ def unmask_one_by_one(model, tokens, logits, ks, t_lens, offsets, gen_config, la
         tokens[i : i + 1, :, :t_len] = sample_tokens
 
 
+ONE_DRAW_DEVICES = ("cpu",)  # where one random draw for the batch equals upstream's per-item draws
 SCORE_RUN_ELEMENTS = 1 << 20  # logits per scoring call on CPU (4 MiB): larger ones spill the cache and page-fault
 
 
@@ -349,7 +350,8 @@ def unmask_batched(model, tokens, logits, ks, t_lens, offsets, gen_config, layer
 
     Same random numbers: upstream draws rand_like([1, C, t_len]) per active item, in item order; one draw of the
     same count, read in that order, is the same numbers on CPU (torch's CPU generator fills sequentially). On
-    CUDA it is not: the Philox offset advances per call, so the batch draws other, equally distributed numbers.
+    CUDA the Philox offset advances per call by an amount that depends on the call's size, so there the items
+    keep one draw each (one small kernel per item and step, instead of upstream's twenty).
     Same selection: top-k of the same scores, unless two candidates tie exactly at the k-th place (top-k breaks
     ties by position, and positions are numbered over T_max here, over t_len upstream).
     """
@@ -367,7 +369,11 @@ def unmask_batched(model, tokens, logits, ks, t_lens, offsets, gen_config, layer
         frame = torch.arange(N, device=device) - first[item]  # [N]
         # column n of codebook c is element c * t_len + frame of its item's [C, t_len] draw
         order = C * first[item] + torch.arange(C, device=device)[:, None] * lens[item] + frame  # [C, N]
-        uniform = torch.rand(C * N, dtype=scores.dtype, device=device)[order]
+        if device.type in ONE_DRAW_DEVICES:  # the CPU generator fills sequentially: one call, per-item numbers
+            uniform = torch.rand(C * N, dtype=scores.dtype, device=device)
+        else:  # CUDA's Philox offset advances per call by an amount set by the call's size: one call per item
+            uniform = torch.cat([torch.rand(C * t_lens[i], dtype=scores.dtype, device=device) for i in active])
+        uniform = uniform[order]
         scores = scores / gen_config.position_temperature + gumbel_noise(uniform)
     # packed [1, C, N] -> per item [A, C, T]; frames past an item's t_len repeat its last and are masked below
     T = tokens.size(2)

@@ -57,6 +57,16 @@ def test_batched_scoring_is_bit_exact_on_a_mixed_batch(model, stock_batch, setti
     assert not problems, f"{'+'.join(patches)}, {setting}: not bit-exact:\n  " + "\n  ".join(problems)
 
 
+@pytest.mark.cpu
+def test_one_draw_per_item_gives_the_same_numbers(model, stock_batch, monkeypatch):
+    """The draw used off CPU (one call per item, as upstream) run here: still the stock random numbers."""
+    monkeypatch.setattr(loop, "ONE_DRAW_DEVICES", ())
+    with fastpath.patched(model, "batched_scoring"):
+        candidate = record_generation(model, seed=0, **BATCH)
+    problems = compare_runs(stock_batch("sampling"), candidate)
+    assert not problems, "per-item draws: not bit-exact:\n  " + "\n  ".join(problems)
+
+
 def scoring_calls(model, **kwargs) -> int:
     calls = []
 
