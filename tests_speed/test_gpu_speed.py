@@ -16,7 +16,7 @@ import torch
 
 import fastpath
 from fastpath.gpu import compiled, graphs
-from fastpath.testing.speed.measure import Variant, interleaved_variants, timed_generate
+from fastpath.testing.speed.measure import Variant, batch_vs_each, interleaved_variants, timed_generate
 from fastpath.testing.speed.points import point
 
 pytestmark = pytest.mark.cuda
@@ -162,6 +162,22 @@ def test_gpu_speed_target(models, full_checkpoint, record_property, patches, ove
     assert ratio >= floor, (f"{'+'.join(patches)} {overrides or ''}: {ratio:.2f}x stock eager (target {floor}x); "
                             f"median RTF stock {samples['stock'].median:.4f}, "
                             f"candidate {samples['candidate'].median:.4f}")
+
+
+BATCH_POINT = "clone3-mixed8-16"  # 8 mixed-length texts, one word to about ten seconds
+BATCH_FLOOR = 3.0  # issue 7's target: one batch of 8 at >= 3x the utterances per second of 8 batch-1 calls
+
+
+def test_a_mixed_batch_pays(models, full_checkpoint, record_property):
+    """The GPU stack (batched_scoring on): 8 mixed-length utterances as one batch vs one call each, bf16."""
+    model = models.get(full_checkpoint, "cuda", "bf16")
+    samples = batch_vs_each(model, BATCH_POINT, GPU_STACK, 3)
+    ratio = samples["each"].median / samples["batch"].median  # same speech: throughput of the batch / batch 1
+    report(record_property, "batching", {"ratio": ratio, "floor": BATCH_FLOOR, "batch_rtf": samples["batch"].rtf,
+                                         "each_rtf": samples["each"].rtf})
+    assert ratio >= BATCH_FLOOR, (f"a batch of 8 at {ratio:.2f}x the throughput of batch-1 calls (target "
+                                  f"{BATCH_FLOOR}x); median RTF batch {samples['batch'].median:.4f}, one call each "
+                                  f"{samples['each'].median:.4f}")
 
 
 @pytest.mark.slow

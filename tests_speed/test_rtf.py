@@ -17,7 +17,7 @@ from fastpath.testing.speed.baselines import BaselineError, load_baseline, save_
 from fastpath.testing.speed.compare import compare_point, should_remeasure
 from fastpath.testing.speed.baselines import Point as BasePoint
 from fastpath.testing.speed.machine import device_key, machine_info
-from fastpath.testing.speed.measure import Samples, interleaved, timed
+from fastpath.testing.speed.measure import batch_vs_each, interleaved
 from fastpath.testing.speed.points import point
 
 FLOORS_FILE = REPO_ROOT / "baselines" / "ratio_floors.json"
@@ -75,15 +75,8 @@ def test_a_mixed_batch_is_no_slower_than_batch_1(model, checkpoint):
     """8 mixed-length utterances as one batch vs one call each, both with lossless + batch_invariant, interleaved
     (batch, each, batch, each ...): utterances per second of the batch / of the single calls >= the floor."""
     floor = ratio_floor("cpu", checkpoint.kind, "clone3-mixed8-16 batch / each")
-    prompts: dict = {}
-    calls = {"batch": point("clone3-mixed8-16").generate_kwargs(model, prompts),
-             "each": point("clone3-mixed8-16-each").generate_kwargs(model, prompts)}
     for attempt in (1, 2):  # a miss is measured once more before it fails
-        samples = {name: Samples(name, ()) for name in calls}
-        with fastpath.patched(model, list(fastpath.LOSSLESS) + ["batch_invariant"]):
-            for r in range(RATIO_ROUNDS + 1):  # round 0: warm-up
-                for name, kwargs in calls.items():
-                    samples[name].add(r, *timed(model, 0, kwargs, {}))
+        samples = batch_vs_each(model, "clone3-mixed8-16", list(fastpath.LOSSLESS) + ["batch_invariant"], RATIO_ROUNDS)
         ratio = samples["each"].median / samples["batch"].median  # same audio: RTF ratio = throughput ratio
         print(f"mixed8: batch RTF {samples['batch'].median:.4f}, one call each {samples['each'].median:.4f}, "
               f"batch throughput {ratio:.3f}x (floor {floor}, attempt {attempt})")

@@ -245,3 +245,20 @@ def sequence_lengths(model, kwargs: dict, num_step: int = 32) -> tuple:
         for i in range(task.batch_size)
     ]
     return c_lens, list(task.target_lens)
+
+
+def batch_vs_each(model, batch_point: str, patches, rounds: int) -> dict:
+    """A point's texts as one batch and one call each (`<point>` and `<point>-each`), alternating batch, each,
+    batch, each ... on one model with `patches`, after one warm-up each: {"batch": Samples, "each": Samples}.
+    The two make the same speech, so RTF(each) / RTF(batch) is the batch's throughput over batch 1."""
+    from fastpath.testing.speed.points import point
+
+    prompts: dict = {}
+    calls = {"batch": point(batch_point).generate_kwargs(model, prompts),
+             "each": point(f"{batch_point}-each").generate_kwargs(model, prompts)}
+    samples = {name: Samples(name, tuple(patches)) for name in calls}
+    with fastpath.patched(model, list(patches)):
+        for r in range(rounds + 1):
+            for name, kwargs in calls.items():
+                samples[name].add(r, *timed(model, 0, kwargs, {}))
+    return samples
