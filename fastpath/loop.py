@@ -34,6 +34,7 @@ import torch
 
 FEATURES = ("trimmed_cfg", "sliced_heads", "static_prefix", "batched_scoring", "batch_invariant", "prefix_kv_cache")
 FLAGS_ATTR = "_fastpath_loop"  # instance attribute: the set of switches that are on
+TRIMMED_LAYOUT = ("trimmed_cfg", "batch_invariant", "prefix_kv_cache")  # switches that run rows at own lengths
 REFRESH_ATTR = "_fastpath_prefix_refresh"  # instance attribute: prefix_kv_cache's refresh interval in steps
 DEFAULT_REFRESH = 2  # the mildest staleness; agreement and speed per interval: README, baselines/prefix_kv_cache.json
 PADDING_ATTR = "_fastpath_max_padding"  # instance attribute: the padding trimmed rows may take to share a batch
@@ -406,7 +407,7 @@ def generate_iterative(model, task, gen_config):
     c_lens = [inp["input_ids"].size(2) for inp in inputs_list]
     t_lens = list(task.target_lens)
     offsets = [sum(t_lens[:i]) for i in range(B)]
-    if {"trimmed_cfg", "batch_invariant", "prefix_kv_cache"} & flags:
+    if set(TRIMMED_LAYOUT) & flags:
         layout = trimmed_groups(model, inputs_list, c_lens, t_lens, max_padding=model.__dict__.get(PADDING_ATTR, 0.0),
                                 own_width="batch_invariant" in flags, by_start="prefix_kv_cache" in flags)
     else:

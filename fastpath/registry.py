@@ -51,9 +51,6 @@ LOOP_RELIES_ON = (
 )
 
 
-TRIMMED_LAYOUT = ("trimmed_cfg", "batch_invariant", "prefix_kv_cache")  # loop switches that run rows at own lengths
-
-
 def _loop_switch(feature: str):
     def apply(model):
         from fastpath import loop  # torch is imported on first use, not with the package
@@ -61,7 +58,7 @@ def _loop_switch(feature: str):
         flags = model.__dict__.setdefault(loop.FLAGS_ATTR, set())
         flags.add(feature)
         model.__dict__["_generate_iterative"] = types.MethodType(loop.generate_iterative, model)
-        if feature in TRIMMED_LAYOUT:
+        if feature in loop.TRIMMED_LAYOUT:
             loop.install_padded_key_attention(model)
 
     def revert(model):
@@ -69,7 +66,7 @@ def _loop_switch(feature: str):
 
         flags = model.__dict__.get(loop.FLAGS_ATTR, set())
         flags.discard(feature)
-        if feature in TRIMMED_LAYOUT and not set(TRIMMED_LAYOUT) & flags:
+        if feature in loop.TRIMMED_LAYOUT and not set(loop.TRIMMED_LAYOUT) & flags:
             loop.remove_padded_key_attention(model)
         if not flags:
             model.__dict__.pop(loop.FLAGS_ATTR, None)

@@ -16,7 +16,9 @@ import torch
 
 import fastpath
 from fastpath.gpu import compiled, graphs
-from fastpath.testing.speed.measure import Variant, batch_vs_each, interleaved_variants, timed_generate
+from fastpath.testing.speed.measure import (
+    Variant, batch_vs_each, cuda_memory_over_calls, interleaved_variants, timed_generate,
+)
 from fastpath.testing.speed.points import point
 
 pytestmark = pytest.mark.cuda
@@ -104,20 +106,9 @@ def test_first_request_latency_and_capture_time(models, full_checkpoint, record_
 
 def test_memory_peak_and_growth_with_the_gpu_stack(stock, record_property):
     kwargs = point(TARGET_POINT).generate_kwargs(stock)
-
-    def run(calls: int) -> tuple:
-        allocated, peaks = [], []
-        for _ in range(calls):
-            torch.cuda.reset_peak_memory_stats()
-            stock.generate(**kwargs)
-            torch.cuda.synchronize()
-            allocated.append(torch.cuda.memory_allocated() / 2**20)
-            peaks.append(torch.cuda.max_memory_allocated() / 2**20)
-        return allocated, peaks
-
-    _, stock_peaks = run(2)
+    _, stock_peaks = cuda_memory_over_calls(stock, kwargs, 2)
     with fastpath.patched(stock, list(GPU_STACK)):
-        allocated, peaks = run(CALLS)
+        allocated, peaks = cuda_memory_over_calls(stock, kwargs, CALLS)
     growth = allocated[-1] - allocated[1]
     report(record_property, "memory_mib", {"stock_peak": max(stock_peaks), "stack_peak": max(peaks),
                                            "allocated": [round(a, 1) for a in allocated], "growth": growth})

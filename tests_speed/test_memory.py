@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import fastpath
+from fastpath.testing.speed.measure import cuda_memory_over_calls
 from fastpath.testing.speed.points import point
 
 CALLS = 10
@@ -45,14 +46,8 @@ def test_cuda_memory_is_flat_over_repeated_calls(checkpoint, patches):
 
     model = load_model(checkpoint, device="cuda", dtype=torch.bfloat16)
     kwargs = point("clone6-medium-32").generate_kwargs(model)
-    allocated, peaks = [], []
     with fastpath.patched(model, list(patches)):
-        for _ in range(CALLS):
-            torch.cuda.reset_peak_memory_stats()
-            model.generate(**kwargs)
-            torch.cuda.synchronize()
-            allocated.append(torch.cuda.memory_allocated() / 2**20)
-            peaks.append(torch.cuda.max_memory_allocated() / 2**20)
+        allocated, peaks = cuda_memory_over_calls(model, kwargs, CALLS)
     growth = allocated[-1] - allocated[1]
     print(f"peak per generate {max(peaks):.0f} MiB; allocated after calls {[round(a, 1) for a in allocated]}")
     assert growth < CUDA_GROWTH_BOUND_MB, f"CUDA memory grew {growth:.2f} MiB over {CALLS - 2} calls"

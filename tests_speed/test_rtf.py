@@ -56,17 +56,27 @@ def measure(model, name: str, rounds: int, benchmark=None) -> dict:
     return samples
 
 
+def remeasured_once(attempt, floor: float) -> float:
+    """attempt(n) -> (ratio, what was measured); a ratio under the floor is measured once more. The last ratio."""
+    for n in (1, 2):
+        ratio, measured = attempt(n)
+        print(f"{measured}, ratio {ratio:.3f} (floor {floor}, attempt {n})")
+        if ratio >= floor:
+            break
+    return ratio
+
+
 @pytest.mark.cpu
 @pytest.mark.parametrize("name", ["clone6-medium-32"])
 def test_lossless_stack_stays_above_its_ratio_floor(model, checkpoint, name, benchmark):
     floor = ratio_floor("cpu", checkpoint.kind, name)
-    for attempt in (1, 2):  # a miss is measured once more before it fails
-        samples = measure(model, name, RATIO_ROUNDS, benchmark if attempt == 1 else None)
+
+    def attempt(n: int) -> tuple:
+        samples = measure(model, name, RATIO_ROUNDS, benchmark if n == 1 else None)
         ratio = samples["stock"].median / samples["fastpath"].median
-        print(f"{name}: stock RTF {samples['stock'].median:.4f}, fastpath {samples['fastpath'].median:.4f}, "
-              f"ratio {ratio:.3f} (floor {floor}, attempt {attempt})")
-        if ratio >= floor:
-            return
+        return ratio, f"{name}: stock RTF {samples['stock'].median:.4f}, fastpath {samples['fastpath'].median:.4f}"
+
+    ratio = remeasured_once(attempt, floor)
     assert ratio >= floor, f"{name}: lossless stack only {ratio:.3f}x stock (floor {floor}) in two measurements"
 
 
@@ -75,13 +85,13 @@ def test_a_mixed_batch_is_no_slower_than_batch_1(model, checkpoint):
     """8 mixed-length utterances as one batch vs one call each, both with lossless + batch_invariant, interleaved
     (batch, each, batch, each ...): utterances per second of the batch / of the single calls >= the floor."""
     floor = ratio_floor("cpu", checkpoint.kind, "clone3-mixed8-16 batch / each")
-    for attempt in (1, 2):  # a miss is measured once more before it fails
+
+    def attempt(n: int) -> tuple:
         samples = batch_vs_each(model, "clone3-mixed8-16", list(fastpath.LOSSLESS) + ["batch_invariant"], RATIO_ROUNDS)
         ratio = samples["each"].median / samples["batch"].median  # same audio: RTF ratio = throughput ratio
-        print(f"mixed8: batch RTF {samples['batch'].median:.4f}, one call each {samples['each'].median:.4f}, "
-              f"batch throughput {ratio:.3f}x (floor {floor}, attempt {attempt})")
-        if ratio >= floor:
-            return
+        return ratio, f"mixed8: batch RTF {samples['batch'].median:.4f}, one call each {samples['each'].median:.4f}"
+
+    ratio = remeasured_once(attempt, floor)
     assert ratio >= floor, f"a batch of 8 only {ratio:.3f}x the throughput of batch-1 calls (floor {floor})"
 
 

@@ -111,22 +111,15 @@ def compile_llm(model, mode: str = "default", dynamic: bool | None = True, bucke
         compiler: `torch.compile`, or a test double with its signature.
     """
     check_mode(mode)
-    if LLM_ATTR in model.__dict__:
-        return model.__dict__[LLM_ATTR]
     llm = model.llm
-    wrapper = CompiledForward(llm, llm.forward, mode, dynamic, buckets, tuple(devices), compiler,
-                              previous=("forward" in llm.__dict__, llm.__dict__.get("forward")))
-    llm.__dict__["forward"] = wrapper
-    model.__dict__[LLM_ATTR] = wrapper
-    return wrapper
+    return install_wrapped(model, LLM_ATTR, llm, "forward", lambda previous: CompiledForward(
+        llm, llm.forward, mode, dynamic, buckets, tuple(devices), compiler, previous=previous))
 
 
 def uncompile_llm(model) -> None:
-    wrapper = model.__dict__.pop(LLM_ATTR, None)
-    if wrapper is None:
-        return
-    restore_wrapped(model.llm, "forward", wrapper)
-    wrapper.compiled = None
+    wrapper = remove_wrapped(model, LLM_ATTR, "forward", lambda wrapper: model.llm)
+    if wrapper is not None:
+        wrapper.compiled = None
 
 
 @dataclass(eq=False, repr=False)
@@ -191,19 +184,35 @@ def compile_vocoder(model, mode: str = "default", dynamic: bool | None = True, d
     tokenizer = model.audio_tokenizer
     if tokenizer is None:
         raise ValueError("this model has no audio tokenizer (loaded with train=True?); nothing to compile")
-    wrapper = CompiledDecode(tokenizer, tokenizer.decode, mode, dynamic, tuple(devices), compiler,
-                             previous=("decode" in tokenizer.__dict__, tokenizer.__dict__.get("decode")))
-    tokenizer.__dict__["decode"] = wrapper
-    model.__dict__[VOCODER_ATTR] = wrapper
-    return wrapper
+    return install_wrapped(model, VOCODER_ATTR, tokenizer, "decode", lambda previous: CompiledDecode(
+        tokenizer, tokenizer.decode, mode, dynamic, tuple(devices), compiler, previous=previous))
 
 
 def uncompile_vocoder(model) -> None:
-    wrapper = model.__dict__.pop(VOCODER_ATTR, None)
-    if wrapper is None:
-        return
-    restore_wrapped(wrapper.tokenizer, "decode", wrapper)
-    wrapper.compiled = None
+    wrapper = remove_wrapped(model, VOCODER_ATTR, "decode", lambda wrapper: wrapper.tokenizer)
+    if wrapper is not None:
+        wrapper.compiled = None
+
+
+def install_wrapped(model, attr: str, module, name: str, make):
+    """Put `make(previous)` in place of `module.<name>` on the instance and record it as `model.<attr>`; previous is
+    (the instance had its own `name`, that value), what `restore_wrapped` puts back. Once installed, the installed
+    wrapper is returned again."""
+    if attr in model.__dict__:
+        return model.__dict__[attr]
+    wrapper = make((name in module.__dict__, module.__dict__.get(name)))
+    module.__dict__[name] = wrapper
+    model.__dict__[attr] = wrapper
+    return wrapper
+
+
+def remove_wrapped(model, attr: str, name: str, module_of):
+    """Undo `install_wrapped`: forget `model.<attr>` and restore `<module_of(wrapper)>.<name>`. Returns the removed
+    wrapper, or None when none was installed."""
+    wrapper = model.__dict__.pop(attr, None)
+    if wrapper is not None:
+        restore_wrapped(module_of(wrapper), name, wrapper)
+    return wrapper
 
 
 def restore_wrapped(module, name: str, wrapper) -> None:

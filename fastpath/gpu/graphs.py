@@ -24,7 +24,7 @@ from typing import Callable
 
 import torch
 
-from fastpath.gpu.compiled import restore_wrapped
+from fastpath.gpu.compiled import install_wrapped, remove_wrapped
 from fastpath.gpu.padding import fill_padded, hidden_output, llm_call_shape
 from fastpath.gpu.shapes import Buckets, GraphKey, LRUCache, graph_key
 
@@ -169,24 +169,17 @@ def install(model, buckets: Buckets = DEFAULT_BUCKETS, max_graphs: int = DEFAULT
         devices: device types to capture on (default CUDA only; tests pass ("cpu",) with a capture double).
         capture: how one shape is captured (default: `capture_cuda_graph`).
     """
-    if GRAPHS_ATTR in model.__dict__:
-        return model.__dict__[GRAPHS_ATTR]
     llm = model.llm
-    graphed = GraphedForward(llm, llm.forward, buckets, max_graphs, tuple(devices), capture,
-                             previous=("forward" in llm.__dict__, llm.__dict__.get("forward")))
-    llm.__dict__["forward"] = graphed
-    model.__dict__[GRAPHS_ATTR] = graphed
-    return graphed
+    return install_wrapped(model, GRAPHS_ATTR, llm, "forward", lambda previous: GraphedForward(
+        llm, llm.forward, buckets, max_graphs, tuple(devices), capture, previous=previous))
 
 
 def remove(model) -> None:
     """Drop the graphs and put back the forward the instance had."""
-    graphed = model.__dict__.pop(GRAPHS_ATTR, None)
-    if graphed is None:
-        return
-    restore_wrapped(model.llm, "forward", graphed)
-    graphed.cache.clear()
-    graphed.pool = None
+    graphed = remove_wrapped(model, GRAPHS_ATTR, "forward", lambda wrapper: model.llm)
+    if graphed is not None:
+        graphed.cache.clear()
+        graphed.pool = None
 
 
 def stats(model) -> dict | None:

@@ -262,3 +262,15 @@ def batch_vs_each(model, batch_point: str, patches, rounds: int) -> dict:
             for name, kwargs in calls.items():
                 samples[name].add(r, *timed(model, 0, kwargs, {}))
     return samples
+
+
+def cuda_memory_over_calls(model, kwargs: dict, calls: int) -> tuple:
+    """Generate `calls` times: (MiB allocated after each call, peak MiB allocated during each call), on CUDA."""
+    allocated, peaks = [], []
+    for _ in range(calls):
+        torch.cuda.reset_peak_memory_stats()
+        model.generate(**kwargs)
+        torch.cuda.synchronize()
+        allocated.append(torch.cuda.memory_allocated() / 2**20)
+        peaks.append(torch.cuda.max_memory_allocated() / 2**20)
+    return allocated, peaks
