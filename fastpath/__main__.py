@@ -7,15 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from err
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
+from fastpath.cli import int_at_least
 
 
 def main(argv=None) -> int:
@@ -28,7 +20,7 @@ def main(argv=None) -> int:
                      help="a real OmniVoice checkpoint folder, or 'hf' (env FASTPATH_CHECKPOINT); default: built test checkpoint")
     rep.add_argument("--size", choices=("tiny", "full"), default="tiny", help="size of the built test checkpoint")
     rep.add_argument("--out", type=Path, default=Path("out"), help="folder for report.md and report.json")
-    rep.add_argument("--rounds", type=_positive, default=5, help="interleaved timing rounds per variant")
+    rep.add_argument("--rounds", type=int_at_least(1), default=5, help="interleaved timing rounds per variant")
     sub.add_parser("fingerprints", add_help=False,
                    help="upstream fingerprints of the installed omnivoice (or --source FILE) vs the known ones; "
                         "`python -m fastpath fingerprints --help` for its options")

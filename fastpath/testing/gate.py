@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fastpath import fingerprints
+from fastpath.cli import int_at_least
 from fastpath.testing import candidate as cand
 from fastpath.testing import goldens as gold
 from fastpath.testing.checkpoint import REPO_ROOT
@@ -440,16 +441,6 @@ def render_markdown(report: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def _rounds(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from err
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must be 0 or more")
-    return value
-
-
 def _checks(text: str) -> tuple:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     unknown = [n for n in names if n not in CHECKS]
@@ -467,7 +458,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=None,
                         help="folder for verdict.json, verdict.md, diffs and logs; None: out/gate/<candidate>")
     parser.add_argument("--checks", type=_checks, default=",".join(CHECKS), help="comma-separated subset of the checks to run")
-    parser.add_argument("--rtf-rounds", type=_rounds, default=0,
+    parser.add_argument("--rtf-rounds", type=int_at_least(0), default=0,
                         help="interleaved RTF rounds on tiny (informational; each round loads both versions)")
     parser.add_argument("--checkpoint", default=None, help="a real OmniVoice checkpoint folder, for the quality tier")
     parser.add_argument("--fresh", action="store_true", help="rebuild the candidate's venv under .cache/gate/")

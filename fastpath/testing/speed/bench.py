@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import fastpath
+from fastpath.cli import int_at_least
 from fastpath.testing.checkpoint import load_model, resolve_checkpoint
 from fastpath.testing.speed.machine import device_key, machine_info
 from fastpath.testing.speed.measure import Variant, interleaved, interleaved_variants
@@ -36,13 +37,6 @@ from fastpath.testing.speed.points import point
 
 DTYPES = ("fp32", "bf16", "fp16")
 BASELINE_COMMAND = "python -m fastpath.testing.speed.bench ... --save-baseline PATH"
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
 
 
 def torch_dtype(name: str):
@@ -171,8 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1, mps")
     parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="dtype of variants named without @dtype")
     parser.add_argument("--points", nargs="+", default=["clone6-medium-32"], help="fixtures/speed_points.json names")
-    parser.add_argument("--rounds", type=_positive, default=5, help="timed rounds per variant, after one warm-up")
-    parser.add_argument("--num-step", type=_positive, default=None,
+    parser.add_argument("--rounds", type=int_at_least(1), default=5, help="timed rounds per variant, after one warm-up")
+    parser.add_argument("--num-step", type=int_at_least(1), default=None,
                         help="unmasking steps for every point instead of its own (not with --save-baseline)")
     parser.add_argument("--variants", nargs="+", default=None, metavar="NAME[@DTYPE]",
                         help="variants to time; none: stock and the lossless stack on one model")

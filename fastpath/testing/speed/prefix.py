@@ -22,6 +22,7 @@ import torch
 
 import fastpath
 from fastpath import loop
+from fastpath.cli import int_at_least
 from fastpath.registry import overridden
 from fastpath.testing.speed.measure import timed_generate
 from fastpath.testing.speed.points import point
@@ -103,17 +104,15 @@ def main(argv=None) -> int:
     from fastpath.testing.checkpoint import load_model, resolve_checkpoint
     from fastpath.testing.speed.machine import machine_info
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m fastpath.testing.speed.prefix", description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="tiny", choices=("tiny", "full"))
     parser.add_argument("--checkpoint", default=None, help="a checkpoint folder instead of the built one")
     parser.add_argument("--point", default="clone6-medium-16")
-    parser.add_argument("--refresh", type=int, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--refresh", type=int_at_least(1), nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--rounds", type=int_at_least(1), default=2)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    if any(r < 1 for r in args.refresh) or args.rounds < 1:
-        parser.error("--refresh values and --rounds must be >= 1")
     model = load_model(resolve_checkpoint(args.checkpoint, size=args.size))
     result = measure(model, args.point, args.refresh, args.rounds, args.seeds)
     info = machine_info(str(model.device))
