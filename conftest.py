@@ -18,7 +18,7 @@ MARKERS = {
     "cpu": "runs on the CPU",
     "cuda": "needs a CUDA GPU (skipped elsewhere, saying so)",
     "mps": "needs an Apple MPS device",
-    "slow": "full-size model or long measurement; run with --slow or -m slow",
+    "slow": "full-size model, long measurement or the rest of a long grid; run with --slow or -m slow",
     "real_weights": f"needs a real OmniVoice checkpoint: --checkpoint PATH or {ENV_CHECKPOINT}=PATH",
     "quality": "judges generated speech with an ASR model",
 }
@@ -84,7 +84,7 @@ def pytest_collection_modifyitems(config, items):
     cuda = mps = None
     for item in items:
         if "slow" in item.keywords and not run_slow:
-            item.add_marker(pytest.mark.skip(reason="slow (full-size model): run with --slow or -m slow"))
+            item.add_marker(pytest.mark.skip(reason="slow (full-size model, long measurement, or beyond the default run's time budget): run with --slow or -m slow"))
         if "cuda" in item.keywords:
             cuda = _cuda_available() if cuda is None else cuda
             if not cuda:

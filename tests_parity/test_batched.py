@@ -44,10 +44,23 @@ def stock_batch(model):
     return get
 
 
+# Default run: each setting once, both run layouts and both patch sets covered; the other 9 combinations under
+# --slow (time budget: README, "Running the suite").
+DEFAULT_CASES = {("sampling", "batched_scoring", "cpu-runs"), ("deterministic", "stack", "one-call"),
+                 ("class_sampling", "stack", "cpu-runs")}
+
+
+def batch_cases():
+    for setting in SETTINGS:
+        for patches, pname in ((("batched_scoring",), "batched_scoring"), (tuple(fastpath.LOSSLESS), "stack")):
+            for run_elements, rname in ((loop.SCORE_RUN_ELEMENTS, "cpu-runs"), (float("inf"), "one-call")):
+                marks = [] if (setting, pname, rname) in DEFAULT_CASES else [pytest.mark.slow]
+                yield pytest.param(setting, patches, run_elements, id=f"{setting}-{'+'.join(patches)}-{rname}",
+                                   marks=marks)
+
+
 @pytest.mark.cpu
-@pytest.mark.parametrize("run_elements", [loop.SCORE_RUN_ELEMENTS, float("inf")], ids=["cpu-runs", "one-call"])
-@pytest.mark.parametrize("patches", [("batched_scoring",), tuple(fastpath.LOSSLESS)], ids="+".join)
-@pytest.mark.parametrize("setting", list(SETTINGS))
+@pytest.mark.parametrize(("setting", "patches", "run_elements"), batch_cases())
 def test_batched_scoring_is_bit_exact_on_a_mixed_batch(model, stock_batch, setting, patches, run_elements, monkeypatch):
     stock = stock_batch(setting)
     monkeypatch.setattr(loop, "SCORE_RUN_ELEMENTS", run_elements)

@@ -18,6 +18,18 @@ from fastpath.testing.parity import POINTS, PointUnsupported, compare_runs, reco
 # every lossless patch alone, then the whole lossless stack (the GPU tier's lossy patches are inert on CPU: checked
 # bit-exact there by test_registry and test_gpu_patches, and against stock with tolerances by test_gpu_parity on CUDA)
 PATCH_SETS = [(name,) for name in fastpath.LOSSLESS] + [tuple(fastpath.LOSSLESS)]
+# The stack runs at every point in the default run; each patch alone at these four (auto voice, voice clone, a
+# mixed batch, a one-word target that takes the small-GEMM path) and at the other six under --slow, to keep the
+# default run within its time budget (README, "Running the suite").
+SINGLE_PATCH_POINTS = ("auto_voice", "voice_clone_audio", "batch_of_3", "one_word")
+
+
+def cases():
+    for point in POINTS:
+        for patches in PATCH_SETS:
+            alone_elsewhere = len(patches) == 1 and point not in SINGLE_PATCH_POINTS
+            yield pytest.param(point, patches, id=f"{point}-{'+'.join(patches)}",
+                               marks=[pytest.mark.slow] if alone_elsewhere else [])
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +51,7 @@ def stock_runs(model, tmp_path_factory):
 
 
 @pytest.mark.cpu
-@pytest.mark.parametrize("patches", PATCH_SETS, ids="+".join)
-@pytest.mark.parametrize("point", list(POINTS))
+@pytest.mark.parametrize(("point", "patches"), cases())
 def test_lossless_patch_is_bit_exact(model, stock_runs, point, patches):
     kwargs, stock = stock_runs(point)
     assert stock.steps and stock.tokens and stock.waveforms, "the stock run recorded nothing"

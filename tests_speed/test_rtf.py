@@ -1,4 +1,11 @@
-"""RTF: same-run ratio gates (any machine) and the stored per-device baseline gate (full-size, slow).
+"""RTF: same-run ratio gates and the stored baseline gate, per machine, on the full-size model (--slow).
+
+A clock figure is a fact about the machine that measured it: floors (baselines/ratio_floors.json) are stored per
+hardware key (CPU model, instruction set, cores, threads: `machine.hardware_key`), baselines per device key. On a
+machine with none recorded the test measures, prints the figure and how to record it, and skips: it neither
+passes nor fails on a number from another machine. The clock-free gate of the default run is the work counters
+(tests_speed/test_work_counters.py). The tiny checkpoint is not timed here: its ratios measure per-call overhead
+(0.94x on an AVX2 machine, 1.30x on an AVX-512 one, same code), not the patches.
 
 Stock and the lossless stack are timed interleaved (A B A B ...) after one warm-up call each; the warm-up is
 reported as first-call latency and kept out of the RTF samples. pytest-benchmark records each measurement with
@@ -16,27 +23,34 @@ from fastpath.testing.checkpoint import REPO_ROOT
 from fastpath.testing.speed.baselines import BaselineError, load_baseline, save_baseline
 from fastpath.testing.speed.compare import compare_point, should_remeasure
 from fastpath.testing.speed.baselines import Point as BasePoint
-from fastpath.testing.speed.machine import device_key, machine_info
+from fastpath.testing.speed.machine import device_key, hardware_key, machine_info
 from fastpath.testing.speed.measure import batch_vs_each, interleaved
 from fastpath.testing.speed.points import point
 
 FLOORS_FILE = REPO_ROOT / "baselines" / "ratio_floors.json"
 VARIANTS = {"stock": (), "fastpath": tuple(fastpath.LOSSLESS)}
-RATIO_ROUNDS = 7
+RATIO_ROUNDS = 3
+RATIO_POINTS = ["clone6-medium-16"]
 BASELINE_ROUNDS = 8  # >= 6 per side, or Mann-Whitney can never reach p < 0.002
 BASELINE_POINTS = ["auto-short-10"]
 SAVE_COMMAND = ".venv/bin/python -m pytest tests_speed/test_rtf.py --slow --save-baseline -k baseline"
 
 
-def ratio_floor(device: str, size: str, name: str) -> float:
+def ratio_floor(key: str, size: str, name: str) -> float | None:
+    """The floor recorded for this hardware key, checkpoint size and point, or None."""
     data = json.loads(FLOORS_FILE.read_text())
-    if data.get("format") != "fastpath-ratio-floors":
-        raise BaselineError(f"{FLOORS_FILE} is not a ratio-floor file; restore it with git checkout")
-    entry = data["floors"].get(device, {}).get("full" if size == "real" else size, {}).get(name)
-    if entry is None:
-        pytest.skip(f"no ratio floor recorded for {device}/{size}/{name} in {FLOORS_FILE}: measure it with "
-                    f"`python -m fastpath.testing.speed.bench --size {size} --points {name}` and add a floor below it")
-    return float(entry["floor"])
+    if data.get("format") != "fastpath-ratio-floors-v2":
+        raise BaselineError(f"{FLOORS_FILE} is not a ratio-floor file (format fastpath-ratio-floors-v2); restore it "
+                            f"with git checkout")
+    entry = data["floors"].get(key, {}).get("full" if size == "real" else size, {}).get(name)
+    return None if entry is None else float(entry["floor"])
+
+
+def unrecorded(key: str, size: str, name: str, ratio: float, measured: str) -> None:
+    """Skip, saying what was measured here and how to record a floor for this machine."""
+    pytest.skip(f"no ratio floor recorded for this machine ({key}), {size}, {name!r}: measured {ratio:.3f}x "
+                f"({measured}). To gate on this machine, add under \"floors\" in {FLOORS_FILE.name}: "
+                f"{json.dumps({key: {size: {name: {'floor': round(0.9 * ratio, 2), 'measured': measured}}}})}")
 
 
 def measure(model, name: str, rounds: int, benchmark=None) -> dict:
@@ -67,30 +81,41 @@ def remeasured_once(attempt, floor: float) -> float:
 
 
 @pytest.mark.cpu
-@pytest.mark.parametrize("name", ["clone6-medium-32"])
-def test_lossless_stack_stays_above_its_ratio_floor(model, checkpoint, name, benchmark):
-    floor = ratio_floor("cpu", checkpoint.kind, name)
+@pytest.mark.slow
+@pytest.mark.parametrize("name", RATIO_POINTS)
+def test_lossless_stack_stays_above_its_ratio_floor(full_model, full_checkpoint, name, benchmark):
+    key, size = hardware_key(machine_info("cpu")), full_checkpoint.kind
+    floor = ratio_floor(key, size, name)
 
     def attempt(n: int) -> tuple:
-        samples = measure(model, name, RATIO_ROUNDS, benchmark if n == 1 else None)
+        samples = measure(full_model, name, RATIO_ROUNDS, benchmark if n == 1 else None)
         ratio = samples["stock"].median / samples["fastpath"].median
         return ratio, f"{name}: stock RTF {samples['stock'].median:.4f}, fastpath {samples['fastpath'].median:.4f}"
 
+    if floor is None:
+        ratio, measured = attempt(1)
+        unrecorded(key, size, name, ratio, f"{measured}, {RATIO_ROUNDS} interleaved rounds")
     ratio = remeasured_once(attempt, floor)
     assert ratio >= floor, f"{name}: lossless stack only {ratio:.3f}x stock (floor {floor}) in two measurements"
 
 
 @pytest.mark.cpu
-def test_a_mixed_batch_is_no_slower_than_batch_1(model, checkpoint):
+@pytest.mark.slow
+def test_a_mixed_batch_is_no_slower_than_batch_1(full_model, full_checkpoint):
     """8 mixed-length utterances as one batch vs one call each, both with lossless + batch_invariant, interleaved
     (batch, each, batch, each ...): utterances per second of the batch / of the single calls >= the floor."""
-    floor = ratio_floor("cpu", checkpoint.kind, "clone3-mixed8-16 batch / each")
+    key, size, name = hardware_key(machine_info("cpu")), full_checkpoint.kind, "clone3-mixed8-16 batch / each"
+    floor = ratio_floor(key, size, name)
 
     def attempt(n: int) -> tuple:
-        samples = batch_vs_each(model, "clone3-mixed8-16", list(fastpath.LOSSLESS) + ["batch_invariant"], RATIO_ROUNDS)
+        samples = batch_vs_each(full_model, "clone3-mixed8-16", list(fastpath.LOSSLESS) + ["batch_invariant"],
+                                RATIO_ROUNDS)
         ratio = samples["each"].median / samples["batch"].median  # same audio: RTF ratio = throughput ratio
         return ratio, f"mixed8: batch RTF {samples['batch'].median:.4f}, one call each {samples['each'].median:.4f}"
 
+    if floor is None:
+        ratio, measured = attempt(1)
+        unrecorded(key, size, name, ratio, f"{measured}, {RATIO_ROUNDS} interleaved rounds")
     ratio = remeasured_once(attempt, floor)
     assert ratio >= floor, f"a batch of 8 only {ratio:.3f}x the throughput of batch-1 calls (floor {floor})"
 

@@ -237,6 +237,7 @@ def check_goldens(env, versions, out: Path) -> Check:
     known = gold.load_goldens()
     differences = gold.match_versions(observed["points"], known)
     check = rule_goldens(differences, versions[1], versions[0])
+    check.details.append(gold.coverage(known, observed["environment"]["numerics_key"]))
     if versions[0] not in known:
         check.details.append(f"observed: {out / f'goldens-{env.spec.name}.json'} (once reviewed, copy it to "
                              f"fixtures/goldens/{versions[0]}.json to make this behaviour known)")

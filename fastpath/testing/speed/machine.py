@@ -21,6 +21,14 @@ import sys
 RECORDED_PACKAGES = ("torch", "transformers", "omnivoice", "fastpath")
 KEY_PACKAGES = ("torch", "omnivoice")
 
+# CPU extensions that select other kernels (MKL, oneDNN, CTranslate2 dispatch on them beside torch's own
+# capability), as /proc/cpuinfo names them, and the short tag each gets in a key.
+KERNEL_EXTENSIONS = {"amx_tile": "amx", "avx512_bf16": "bf16", "avx512_fp16": "fp16", "avx512_vnni": "vnni",
+                     "avx_vnni": "avxvnni"}
+# Environment variables that cap the instruction set a library uses. Setting the first three to AVX2 on an AVX-512
+# machine comes close to an AVX2-only one (README: "Machines differ"); CT2_FORCE_CPU_ISA does it for the judge.
+ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "CT2_FORCE_CPU_ISA", "MKL_CBWR")
+
 
 def package_version(name: str) -> str | None:
     """Installed version of distribution ``name``, or None when it is not installed."""
@@ -50,6 +58,52 @@ def cpu_model() -> str:
         except (OSError, subprocess.SubprocessError):
             pass
     return platform.processor() or platform.machine() or "unknown-cpu"
+
+
+def cpu_flags() -> list:
+    """The instruction-set flags of the first CPU in /proc/cpuinfo (empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return value.split()
+    except OSError:
+        pass
+    return []
+
+
+def cpu_isa() -> dict:
+    """What selects the CPU kernels, and so their rounding and speed: torch's CPU capability (after any
+    ATEN_CPU_CAPABILITY cap), the AVX-512 / AMX / VNNI flags of the processor, and the ISA caps set in the
+    environment."""
+    import torch
+
+    flags = cpu_flags()
+    return {
+        "capability": str(torch.backends.cpu.get_cpu_capability()).lower(),
+        "flags": sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "f16c"))),
+        "extensions": sorted(tag for flag, tag in KERNEL_EXTENSIONS.items() if flag in flags),
+        "limits": {name: os.environ[name] for name in ISA_LIMITS if os.environ.get(name)},
+    }
+
+
+def isa_tag(isa: dict) -> str:
+    """`avx512+amx+bf16` or, with caps in the environment, `avx2+amx+...~mkl-avx2~onednn-avx2`: a key part."""
+    tag = "+".join([isa["capability"], *isa["extensions"]])
+    caps = [f"{name.split('_')[0].lower()}-{value.lower()}" for name, value in sorted(isa["limits"].items())
+            if name != "ATEN_CPU_CAPABILITY"]  # that one shows in the capability itself
+    return "~".join([tag, *caps])
+
+
+def numerics_key() -> str:
+    """Names what the bits of a CPU fp32 result depend on: processor model, the kernel-selecting ISA (see cpu_isa),
+    torch threads and torch build. Exact hashes (goldens) hold only under one such key: MKL takes other code paths
+    on AMD and Intel processors of the same capability, and the capability moves every vectorised kernel."""
+    import torch
+
+    return (f"{slug(cpu_model())}__{isa_tag(cpu_isa())}__{torch.get_num_threads()}t__"
+            f"torch-{slug(torch.__version__)}")
 
 
 def physical_cores() -> int | None:
@@ -137,6 +191,7 @@ def machine_info(device: str) -> dict:
         "logical_cores": os.cpu_count(),
         "physical_cores": physical_cores(),
         "torch_threads": torch.get_num_threads(),
+        "isa": cpu_isa(),
         "platform": platform.platform(),
         "mps_available": bool(mps_backend.is_available()) if mps_backend is not None else False,
         **gpu_info(device),
@@ -161,7 +216,8 @@ def slug(text: str) -> str:
 def device_key(info: dict) -> str:
     """Stable, filename-safe key for the hardware and speed-relevant software in ``info`` (from machine_info).
 
-    CPU:  ``cpu-<model>-<logical cores>c-<torch threads>t__torch-<v>__omnivoice-<v>``
+    CPU:  ``cpu-<model>-<isa tag>-<logical cores>c-<torch threads>t__torch-<v>__omnivoice-<v>`` (isa_tag: the
+          capability, e.g. avx512 or avx2, the kernel-selecting extensions, and ISA caps set in the environment)
     CUDA: ``cuda-<gpu name>__torch-<v>__omnivoice-<v>`` (torch's local tag, e.g. +cu130, carries the CUDA build)
     MPS:  ``mps-<cpu model>__torch-<v>__omnivoice-<v>``
 
@@ -181,10 +237,19 @@ def device_key(info: dict) -> str:
         hardware = f"mps-{slug(str(info.get('cpu_model', 'apple')))}"
     else:
         cores, threads = info.get("logical_cores"), info.get("torch_threads")
-        hardware = f"cpu-{slug(str(info.get('cpu_model', 'unknown')))}-{cores}c-{threads}t"
+        isa = info.get("isa")
+        if not isa:
+            raise ValueError("the machine info has no 'isa' (recorded before the CPU capability entered the key); "
+                             "measure again to get a key for this machine")
+        hardware = f"cpu-{slug(str(info.get('cpu_model', 'unknown')))}-{slug(isa_tag(isa))}-{cores}c-{threads}t"
     versions = info.get("versions", {})
     software = "__".join(f"{name}-{slug(str(versions.get(name) or 'none'))}" for name in KEY_PACKAGES)
     return f"{hardware}__{software}"
+
+
+def hardware_key(info: dict) -> str:
+    """The hardware part of device_key (no package versions): what same-run ratio floors are stored under."""
+    return device_key(info).split("__")[0]
 
 
 def extend_machine_info(machine_info: dict, device: str) -> None:
