@@ -2,43 +2,45 @@
 # False-alarm figure of the default suite: runs the README's test command N times, each on a fresh clone of this
 # checkout's HEAD with cold caches, and tabulates failures per test (markdown on stdout and in out/false_alarms/).
 #
-#   bash scripts/false_alarms.sh N [--busy K] [--avx2 K] [--reuse-venv]
+#   bash scripts/false_alarms.sh N [--busy K] [--avx2 K] [--ref REV] [--reuse-venv]
 #
 #   --busy K      the last K runs with one core kept busy by another process (a shell busy loop)
 #   --avx2 K      the first K runs with the AVX2-only settings (README, "Machines differ"):
 #                 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 CT2_FORCE_CPU_ISA=AVX2
+#   --ref REV     clone this commit instead of HEAD (work can go on in the checkout meanwhile)
 #   --reuse-venv  link this checkout's .venv into each clone instead of making a new one; scripts/install.sh still
 #                 runs there (pip finds everything installed, then installs the clone's package). Caches (.cache/,
 #                 the built checkpoints) stay cold either way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
-n=${1:?usage: bash scripts/false_alarms.sh N [--busy K] [--avx2 K] [--reuse-venv]}
+n=${1:?usage: bash scripts/false_alarms.sh N [--busy K] [--avx2 K] [--ref REV] [--reuse-venv]}
 shift
-busy=0; avx2=0; reuse=0
+busy=0; avx2=0; reuse=0; ref=HEAD
 while [ $# -gt 0 ]; do
   case "$1" in
     --busy) busy=$2; shift 2 ;;
     --avx2) avx2=$2; shift 2 ;;
+    --ref) ref=$2; shift 2 ;;
     --reuse-venv) reuse=1; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
 out=$repo/out/false_alarms
 mkdir -p "$out"
-commit=$(git rev-parse --short HEAD)
+commit=$(git rev-parse --short "$ref")
 work=$(mktemp -d /tmp/fastpath-fa.XXXXXX)
 table=$out/table.md
 {
   echo "Default suite, $n runs on fresh clones of $commit ($(date -u +%Y-%m-%d)), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-  echo "Command: bash scripts/false_alarms.sh $n --busy $busy --avx2 $avx2$([ $reuse = 1 ] && echo ' --reuse-venv')"
+  echo "Command: bash scripts/false_alarms.sh $n --busy $busy --avx2 $avx2 --ref $commit$([ $reuse = 1 ] && echo ' --reuse-venv')"
   echo
-  echo "| run | settings | wall s | passed | failed | skipped | failed tests |"
+  echo "| run | settings | wall s (install + pytest) | passed | failed | skipped | failed tests |"
   echo "|---|---|---|---|---|---|---|"
 } > "$table"
 for i in $(seq 1 "$n"); do
   clone=$work/run$i
-  git clone -q "$repo" "$clone"
+  git clone -q "$repo" "$clone" && git -C "$clone" checkout -q "$commit"
   [ $reuse = 1 ] && ln -s "$repo/.venv" "$clone/.venv"
   settings="plain"; envs=()
   if [ "$i" -le "$avx2" ]; then
@@ -52,10 +54,12 @@ for i in $(seq 1 "$n"); do
   fi
   start=$(date +%s)
   set +e
-  (cd "$clone" && env "${envs[@]}" bash -c "bash scripts/install.sh && .venv/bin/python -m pytest -q -p no:cacheprovider --junitxml=$out/run$i.xml") > "$out/run$i.log" 2>&1
+  (cd "$clone" && env "${envs[@]}" bash -c "bash scripts/install.sh && date +%s > $out/run$i.installed && .venv/bin/python -m pytest -q -p no:cacheprovider --junitxml=$out/run$i.xml") > "$out/run$i.log" 2>&1
   rc=$?
   set -e
-  wall=$(( $(date +%s) - start ))
+  end=$(date +%s)
+  installed=$(cat "$out/run$i.installed" 2>/dev/null || echo "$end")
+  wall="$((end - start)) ($((installed - start)) + $((end - installed)))"
   [ -n "$hog" ] && kill "$hog" 2>/dev/null && wait "$hog" 2>/dev/null || true
   counts=$(python3 - "$out/run$i.xml" "$rc" <<'EOF'
 import sys, xml.etree.ElementTree as ET

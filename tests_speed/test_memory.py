@@ -27,7 +27,7 @@ def rss_mb() -> float:
 @pytest.mark.cpu
 @pytest.mark.parametrize("patches", [(), tuple(fastpath.LOSSLESS)], ids=["stock", "fastpath"])
 def test_rss_does_not_grow_over_repeated_calls(model, patches):
-    kwargs = point("clone6-medium-32").generate_kwargs(model)
+    kwargs = point("clone6-medium-16").generate_kwargs(model)
     readings = []
     with fastpath.patched(model, list(patches)):
         for _ in range(CALLS):
@@ -45,7 +45,7 @@ def test_cuda_memory_is_flat_over_repeated_calls(checkpoint, patches):
     from fastpath.testing.checkpoint import load_model
 
     model = load_model(checkpoint, device="cuda", dtype=torch.bfloat16)
-    kwargs = point("clone6-medium-32").generate_kwargs(model)
+    kwargs = point("clone6-medium-16").generate_kwargs(model)
     with fastpath.patched(model, list(patches)):
         allocated, peaks = cuda_memory_over_calls(model, kwargs, CALLS)
     growth = allocated[-1] - allocated[1]

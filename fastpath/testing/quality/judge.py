@@ -108,12 +108,17 @@ def to_judge_rate(wav: np.ndarray, sr: int) -> np.ndarray:
     return wav
 
 
-def load_judge(name: str | None = None, compute_type: str = "float32", cpu_threads: int = 1) -> Judge:
+def load_judge(name: str | None = None, compute_type: str = "float32", cpu_threads: int | None = None) -> Judge:
     """Load the judge named by `name` (or env FASTPATH_JUDGE, or the bundled tiny.en) on CPU.
 
     float32, not int8: with int8, white noise at 150 dB SNR (float32 rounding level) changed 3 of 40 tiny.en
-    transcripts of espeak speech; with float32, none. cpu_threads=1 keeps the suite polite on shared cores.
+    transcripts of espeak speech; with float32, none. cpu_threads defaults to torch's thread count: 2 threads
+    transcribed 12 espeak clips 1.3x faster than 1 on the 2-core machine, with the same transcripts.
     """
+    if cpu_threads is None:
+        import torch
+
+        cpu_threads = torch.get_num_threads()
     name = name if name is not None else os.environ.get(JUDGE_ENV) or None
     try:
         from faster_whisper import WhisperModel
