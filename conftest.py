@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from fastpath.testing.checkpoint import ENV_CHECKPOINT, CheckpointError, find_hf_cache, load_model, resolve_checkpoint
+from harness.checkpoint import ENV_CHECKPOINT, CheckpointError, find_hf_cache, load_model, resolve_checkpoint
 
 MARKERS = {
     "cpu": "runs on the CPU",
@@ -100,7 +100,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):
-    from fastpath.testing.speed.machine import extend_machine_info
+    from harness.machine import extend_machine_info
 
     extend_machine_info(machine_info, "cuda" if _cuda_available() else "cpu")
 
@@ -143,7 +143,7 @@ def models():
     """CUDA models per (checkpoint, device, dtype), shared by a module of `cuda` tests and freed after it."""
     import torch
 
-    from fastpath.testing.devices import ModelCache
+    from harness.devices import ModelCache
 
     cache = ModelCache()
     yield cache

@@ -13,7 +13,6 @@ when an upstream function it relies on has a fingerprint no known version had.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import hashlib
 import inspect
@@ -144,44 +143,3 @@ def record(names, found: dict | None = None, version: str | None = None) -> dict
             versions.sort()
     KNOWN_FILE.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return data
-
-
-def main(argv=None) -> int:
-    from fastpath.registry import PATCHES
-
-    parser = argparse.ArgumentParser(prog="python -m fastpath fingerprints", description=__doc__.split("\n")[0])
-    parser.add_argument("--record", action="store_true",
-                        help="add these fingerprints to fingerprints.json as known to work (after review and parity)")
-    parser.add_argument("--source", type=Path, default=None,
-                        help="an omnivoice/models/omnivoice.py to read instead of the installed module (not imported)")
-    parser.add_argument("--version", default=None, help="the omnivoice version of --source (needed with --source)")
-    parser.add_argument("--only", nargs="+", default=None, metavar="NAME",
-                        help="record only these upstream names (default: every name a patch relies on)")
-    args = parser.parse_args(argv)
-    if args.source is not None and not args.version:
-        parser.error("--source needs --version, the omnivoice version that source belongs to")
-    names = sorted({n for p in PATCHES.values() for n in p.relies_on})
-    unknown = sorted(set(args.only or ()) - set(names))
-    if unknown:
-        parser.error(f"--only {' '.join(unknown)}: no patch relies on these; known names: {', '.join(names)}")
-    if args.source is not None:
-        found = fingerprints_in(args.source.read_text(encoding="utf-8"), names)
-        version = args.version
-    else:
-        found = {n: fingerprint(n) for n in names}
-        version = omnivoice_version()
-    if args.record:
-        record(args.only or names, found, version)
-    known = load_known()
-    print(f"omnivoice {version}" + (f" (source {args.source})" if args.source else ""))
-    bad = 0
-    for name in names:
-        fp = found[name]
-        versions = known.get(name, {}).get(fp)
-        bad += versions is None
-        print(f"  {name:45s} {fp or 'MISSING':16s}  {'known: ' + ', '.join(versions) if versions else 'UNKNOWN'}")
-    return 1 if bad else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -7,7 +7,10 @@ Lossless (bit-exact on CPU fp32):
   the stock width, behind a mask: the CPU SDPA kernel blocks queries and keys by count, and its reductions
   round differently at other counts (max |diff| 1.5e-7 without the padding); attention is a small share of
   the FLOPs at these lengths. Rows shorter than `MIN_ROWS` are padded to it: CPU GEMMs switch to another
-  kernel for very few rows (seen here for M <= 11), which rounds differently.
+  kernel for very few rows (seen here for M <= 11), which rounds differently. All of this needs a GEMM that
+  gives a row the same bits whatever the number of rows in the call; `gemm_rows_independent` measures that
+  for the model's own shapes, and where it fails (MKL's AVX2 kernels on Intel processors round the tail rows of
+  their 6-row blocks differently) trimmed_cfg runs stock's padded layout instead and says so.
 - `sliced_heads`: the audio heads (hidden -> 8 x 1025 logits) run only on the target positions the sampler
   reads, not on style, text and reference positions.
 - `static_prefix`: the input embedding of the static prefix (style, text, reference) is computed once per
@@ -28,9 +31,13 @@ upstream's own code or follows it step for step, so the random stream and the pe
 from __future__ import annotations
 
 import math
+import types
 from dataclasses import dataclass
 
 import torch
+
+from fastpath import instance
+from fastpath.instance import WARNINGS_ATTR
 
 FEATURES = ("trimmed_cfg", "sliced_heads", "static_prefix", "batched_scoring", "batch_invariant", "prefix_kv_cache")
 FLAGS_ATTR = "_fastpath_loop"  # instance attribute: the set of switches that are on
@@ -39,6 +46,74 @@ REFRESH_ATTR = "_fastpath_prefix_refresh"  # instance attribute: prefix_kv_cache
 DEFAULT_REFRESH = 2  # the mildest staleness; agreement and speed per interval: README, baselines/prefix_kv_cache.json
 PADDING_ATTR = "_fastpath_max_padding"  # instance attribute: the padding trimmed rows may take to share a batch
 MIN_ROWS = 16  # no GEMM of fewer rows than this: small-M kernels round differently from stock's large batch
+INEXACT_TRIM = ("trimmed_cfg: stock's padded layout is used on this machine: its CPU GEMM gives a row other bits "
+                "when the call has another number of rows (fastpath.loop.gemm_rows_independent), so rows at their own "
+                "lengths would not be bit-exact. Starting Python with MKL_CBWR=AVX2,STRICT (or AUTO,STRICT) makes MKL's "
+                "rows independent.")
+_PROBED: dict = {}  # (K, N, threads, dtype) -> bool: gemm_rows_independent's measurements in this process
+
+
+def gemm_rows_independent(model) -> bool:
+    """Whether `nn.functional.linear` gives every row the same bits whatever the number of rows (>= MIN_ROWS) and
+    the row's place in the call, on the LLM's own projection shapes (q_proj, down_proj; up to 256 output
+    features). Measured once per shape and thread count in this process; always True off the CPU, where no
+    patch claims bit-exactness. 16 to 39 rows at three offsets in an 88-row call: every residue of the kernels'
+    row blocks (6 for MKL's AVX2 kernel, 8 / 16 / 24 for others)."""
+    layer = model.llm.layers[0]
+    weights = [layer.self_attn.q_proj.weight, layer.mlp.down_proj.weight]
+    if weights[0].device.type != "cpu":
+        return True
+    for weight in weights:
+        w = weight.detach()[:256]  # [N, K]
+        key = (w.shape[1], w.shape[0], torch.get_num_threads(), w.dtype)
+        if key not in _PROBED:
+            x = torch.randn(88, w.shape[1], generator=torch.Generator().manual_seed(0)).to(w.dtype)  # [88, K]
+            with torch.no_grad():
+                whole = torch.nn.functional.linear(x, w)  # [88, N]
+                _PROBED[key] = all(torch.equal(torch.nn.functional.linear(x[o:o + m], w), whole[o:o + m])
+                                   for o in (0, 5, 17) for m in range(MIN_ROWS, MIN_ROWS + 24) if o + m <= 88)
+        if not _PROBED[key]:
+            return False
+    return True
+
+
+def enable(model, feature: str) -> None:
+    """Switch `feature` (one of FEATURES) on for this instance; the first one installs the loop."""
+    if feature == "batch_invariant" and not gemm_rows_independent(model):
+        raise UnsupportedHereError(
+            "batch_invariant promises items bit-exact with batch-1 calls, which needs a CPU GEMM whose rows do not "
+            "depend on how many rows share the call; this machine's does (fastpath.loop.gemm_rows_independent). "
+            "Start Python with MKL_CBWR=AVX2,STRICT (or AUTO,STRICT) to make MKL's rows independent.")
+    if feature == "trimmed_cfg" and not gemm_rows_independent(model):
+        note_inexact_trim(model)
+    flags = model.__dict__.setdefault(FLAGS_ATTR, set())
+    flags.add(feature)
+    instance.install(model, "_generate_iterative", types.MethodType(generate_iterative, model))
+    if feature in TRIMMED_LAYOUT:
+        install_padded_key_attention(model)
+
+
+def disable(model, feature: str) -> None:
+    """Switch `feature` off; the last one removes the loop and every setting it kept on the instance."""
+    flags = model.__dict__.get(FLAGS_ATTR, set())
+    flags.discard(feature)
+    if feature in TRIMMED_LAYOUT and not set(TRIMMED_LAYOUT) & flags:
+        remove_padded_key_attention(model)
+    if not flags:
+        for attr in (FLAGS_ATTR, PADDING_ATTR, REFRESH_ATTR):
+            model.__dict__.pop(attr, None)
+        instance.restore(model, "_generate_iterative")
+
+
+def note_inexact_trim(model) -> None:
+    """Say, once, on the model (`model._fastpath_warnings`) that trimmed_cfg runs stock's layout here, and why."""
+    warnings = model.__dict__.setdefault(WARNINGS_ATTR, [])
+    if INEXACT_TRIM not in warnings:
+        warnings.append(INEXACT_TRIM)
+
+
+class UnsupportedHereError(RuntimeError):
+    """A patch cannot keep its promise on this machine; the message says why and what would make it possible."""
 
 
 @dataclass
@@ -407,7 +482,11 @@ def generate_iterative(model, task, gen_config):
     c_lens = [inp["input_ids"].size(2) for inp in inputs_list]
     t_lens = list(task.target_lens)
     offsets = [sum(t_lens[:i]) for i in range(B)]
-    if set(TRIMMED_LAYOUT) & flags:
+    trim = set(TRIMMED_LAYOUT) & flags
+    if trim == {"trimmed_cfg"} and not gemm_rows_independent(model):  # lossless only where rows are independent
+        trim = set()
+        note_inexact_trim(model)
+    if trim:
         layout = trimmed_groups(model, inputs_list, c_lens, t_lens, max_padding=model.__dict__.get(PADDING_ATTR, 0.0),
                                 own_width="batch_invariant" in flags, by_start="prefix_kv_cache" in flags)
     else:

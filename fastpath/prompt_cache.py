@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fastpath import instance
+
 CACHE_ATTR = "_fastpath_prompt_cache"
 FORMAT = "fastpath-voice-prompt-cache"
 FORMAT_VERSION = 1
@@ -77,13 +79,13 @@ def apply(model) -> None:
     if CACHE_ATTR in model.__dict__:
         return
     cache = PromptCache(model.create_voice_clone_prompt)
-    model.__dict__[CACHE_ATTR] = cache
-    model.__dict__["create_voice_clone_prompt"] = cache
+    instance.install(model, CACHE_ATTR, cache)
+    instance.install(model, "create_voice_clone_prompt", cache)
 
 
 def revert(model) -> None:
-    model.__dict__.pop("create_voice_clone_prompt", None)
-    model.__dict__.pop(CACHE_ATTR, None)
+    instance.restore(model, "create_voice_clone_prompt")
+    instance.restore(model, CACHE_ATTR)
 
 
 def _cache_of(model) -> PromptCache:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-import types
 from dataclasses import dataclass
 from typing import Callable
 
 from fastpath import fingerprints
+from fastpath.instance import WARNINGS_ATTR
 
 
 class NotOmniVoiceError(TypeError):
@@ -51,36 +51,20 @@ LOOP_RELIES_ON = (
 )
 
 
-def _loop_switch(feature: str):
-    def apply(model):
-        from fastpath import loop  # torch is imported on first use, not with the package
+def _lazy(target: str, **options) -> Callable:
+    """`"module:function"` -> a function of the model that imports the module on first call (the package imports
+    no torch) and calls `function(model, **options)`. The one form every apply and revert in the table uses."""
+    module, function = target.split(":")
 
-        flags = model.__dict__.setdefault(loop.FLAGS_ATTR, set())
-        flags.add(feature)
-        model.__dict__["_generate_iterative"] = types.MethodType(loop.generate_iterative, model)
-        if feature in loop.TRIMMED_LAYOUT:
-            loop.install_padded_key_attention(model)
+    def call(model):
+        return getattr(importlib.import_module(module), function)(model, **options)
 
-    def revert(model):
-        from fastpath import loop
-
-        flags = model.__dict__.get(loop.FLAGS_ATTR, set())
-        flags.discard(feature)
-        if feature in loop.TRIMMED_LAYOUT and not set(loop.TRIMMED_LAYOUT) & flags:
-            loop.remove_padded_key_attention(model)
-        if not flags:
-            model.__dict__.pop(loop.FLAGS_ATTR, None)
-            model.__dict__.pop(loop.PADDING_ATTR, None)
-            model.__dict__.pop(loop.REFRESH_ATTR, None)
-            model.__dict__.pop("_generate_iterative", None)
-
-    return apply, revert
+    call.__qualname__ = f"{target}({', '.join(f'{k}={v!r}' for k, v in options.items())})"
+    return call
 
 
-def _prompt_cache():
-    from fastpath import prompt_cache
-
-    return prompt_cache
+def _loop(feature: str) -> tuple:
+    return _lazy("fastpath.loop:enable", feature=feature), _lazy("fastpath.loop:disable", feature=feature)
 
 
 def _register(*patches: Patch) -> dict:
@@ -91,42 +75,42 @@ PATCHES = _register(
     Patch(
         "trimmed_cfg", True, ("cpu", "mps"), LOOP_RELIES_ON,
         "Conditional and unconditional rows run at their own lengths instead of one padded batch.",
-        *_loop_switch("trimmed_cfg"),
+        *_loop("trimmed_cfg"),
     ),
     Patch(
         "sliced_heads", True, ("cpu", "cuda", "mps"), LOOP_RELIES_ON,
         "Audio heads run only on the target positions the sampler reads.",
-        *_loop_switch("sliced_heads"),
+        *_loop("sliced_heads"),
     ),
     Patch(
         "static_prefix", True, ("cpu", "cuda", "mps"), LOOP_RELIES_ON + ("OmniVoice._prepare_embed_inputs",),
         "The static prefix (style, text, reference) is embedded once per generation; each step re-embeds the target.",
-        *_loop_switch("static_prefix"),
+        *_loop("static_prefix"),
     ),
     Patch(
         "batched_scoring", True, ("cpu", "cuda", "mps"), LOOP_RELIES_ON,
         "Scoring and unmasking run for all items of a batch at once (one call, one random draw, one top-k) instead "
         "of a Python loop over items.",
-        *_loop_switch("batched_scoring"),
+        *_loop("batched_scoring"),
     ),
     Patch(
         "batch_invariant", False, ("cpu", "mps"), LOOP_RELIES_ON,
         "Rows at their own lengths (as trimmed_cfg), each attending over its own item's length instead of the "
         "batch's longest: an item's output is bit-exact with a batch-1 call of it in deterministic settings "
         "(position_temperature=0, class_temperature=0), and a mixed-length batch does no work for its longest item.",
-        *_loop_switch("batch_invariant"),
+        *_loop("batch_invariant"),
     ),
     Patch(
         "prefix_kv_cache", False, ("cpu", "cuda", "mps"), LOOP_RELIES_ON + ("OmniVoice._prepare_embed_inputs",),
         "Lossy, opt in: the prefix's keys/values are computed at a refresh step (every 2 by default, "
         "fastpath.loop.set_prefix_refresh) and reused by the steps between, which run the target positions only.",
-        *_loop_switch("prefix_kv_cache"),
+        *_loop("prefix_kv_cache"),
     ),
     Patch(
         "prompt_cache", True, ("cpu", "cuda", "mps"),
         ("OmniVoice.create_voice_clone_prompt", "OmniVoice._preprocess_all", "VoiceClonePrompt"),
         "Reference encodings are reused across calls, keyed by audio content, ref text and the preprocess flag.",
-        lambda model: _prompt_cache().apply(model), lambda model: _prompt_cache().revert(model),
+        _lazy("fastpath.prompt_cache:apply"), _lazy("fastpath.prompt_cache:revert"),
     ),
 )
 # --- GPU tier (issue 6) ------------------------------------------------------------------------------------------
@@ -141,16 +125,6 @@ LLM_FORWARD_PATCHES = ("cuda_graphs",) + COMPILED_LLM  # each replaces model.llm
 PROCESS_GLOBAL = ("cuda_tf32",)  # change settings of the whole process, not only of the model they are applied to
 
 
-def _gpu(module: str, apply_name: str, revert_name: str, **options):
-    def apply(model):
-        getattr(importlib.import_module(f"fastpath.gpu.{module}"), apply_name)(model, **options)
-
-    def revert(model):
-        getattr(importlib.import_module(f"fastpath.gpu.{module}"), revert_name)(model)
-
-    return apply, revert
-
-
 def _others(name: str) -> tuple:
     return tuple(n for n in LLM_FORWARD_PATCHES if n != name)
 
@@ -160,40 +134,46 @@ PATCHES.update(_register(
         "cuda_graphs", False, ("cuda",), GPU_LLM_RELIES_ON,
         "The LLM forward is captured as a CUDA graph per bucketed shape (length padded to a multiple of 64, padded "
         "keys masked; at most 32 graphs, least recently used dropped) and replayed.",
-        *_gpu("graphs", "install", "remove"), conflicts=_others("cuda_graphs"),
+        _lazy("fastpath.gpu.graphs:install"), _lazy("fastpath.gpu.graphs:remove"), conflicts=_others("cuda_graphs"),
     ),
     Patch(
         "compiled_llm", False, ("cuda",), GPU_LLM_RELIES_ON,
         "torch.compile of the LLM forward, mode 'default', dynamic shapes, lengths padded to multiples of 64.",
-        *_gpu("compiled", "compile_llm", "uncompile_llm", mode="default"), conflicts=_others("compiled_llm"),
+        _lazy("fastpath.gpu.compiled:compile_llm", mode="default"), _lazy("fastpath.gpu.compiled:uncompile_llm"),
+        conflicts=_others("compiled_llm"),
     ),
     Patch(
         "compiled_llm_reduce_overhead", False, ("cuda",), GPU_LLM_RELIES_ON,
         "torch.compile of the LLM forward, mode 'reduce-overhead' (CUDA graphs recorded per 64-multiple bucket).",
-        *_gpu("compiled", "compile_llm", "uncompile_llm", mode="reduce-overhead"),
+        _lazy("fastpath.gpu.compiled:compile_llm", mode="reduce-overhead"), _lazy("fastpath.gpu.compiled:uncompile_llm"),
         conflicts=_others("compiled_llm_reduce_overhead"),
     ),
     Patch(
         "compiled_llm_max_autotune", False, ("cuda",), GPU_LLM_RELIES_ON,
         "torch.compile of the LLM forward, mode 'max-autotune' (autotuned kernels, CUDA graphs per bucket).",
-        *_gpu("compiled", "compile_llm", "uncompile_llm", mode="max-autotune"),
+        _lazy("fastpath.gpu.compiled:compile_llm", mode="max-autotune"), _lazy("fastpath.gpu.compiled:uncompile_llm"),
         conflicts=_others("compiled_llm_max_autotune"),
     ),
     Patch(
         "compiled_vocoder", False, ("cuda",), DECODE_RELIES_ON,
         "torch.compile of the audio tokenizer's decode (the float32 waveform decoder), dynamic number of frames.",
-        *_gpu("compiled", "compile_vocoder", "uncompile_vocoder", mode="default"),
+        _lazy("fastpath.gpu.compiled:compile_vocoder", mode="default"), _lazy("fastpath.gpu.compiled:uncompile_vocoder"),
     ),
     Patch(
         "cuda_tf32", False, ("cuda",), GPU_LLM_RELIES_ON[:1] + DECODE_RELIES_ON,
         "TF32 for float32 matmuls and cuDNN convolutions, cudnn.benchmark off (process-global; previous values "
         "restored on revert).",
-        *_gpu("flags", "apply", "revert"),
+        _lazy("fastpath.gpu.flags:apply"), _lazy("fastpath.gpu.flags:revert"),
     ),
 ))
 # --- end of the GPU tier ----------------------------------------------------------------------------------------
 
 LOSSLESS = tuple(name for name, p in PATCHES.items() if p.lossless)
+
+
+def relied_on() -> list:
+    """Every upstream name some patch relies on, sorted: what fingerprints and the version gate look at."""
+    return sorted({n for p in PATCHES.values() for n in p.relies_on})
 
 
 def _check_model(model) -> None:
@@ -252,7 +232,7 @@ def apply(model, names=None, *, allow_unverified: bool = False) -> list:
     for name in names:  # check all before touching the model: all or nothing
         warnings = fingerprints.check(PATCHES[name].relies_on, name, allow=allow)
         if warnings:
-            model.__dict__.setdefault("_fastpath_warnings", []).extend(warnings)
+            model.__dict__.setdefault(WARNINGS_ATTR, []).extend(warnings)
     applied = model.__dict__.setdefault(APPLIED_ATTR, [])
     for name in names:
         if name not in applied:
@@ -272,28 +252,12 @@ def revert(model, names=None) -> list:
             applied.remove(name)
     if not applied:
         model.__dict__.pop(APPLIED_ATTR, None)
-        model.__dict__.pop("_fastpath_warnings", None)
+        model.__dict__.pop(WARNINGS_ATTR, None)
     return list(applied)
 
 
 def applied(model) -> list:
     return list(model.__dict__.get(APPLIED_ATTR, []))
-
-
-@contextlib.contextmanager
-def overridden(model, name: str, wrap: Callable):
-    """Temporarily set `model.<name>` to `wrap(current)`, where current is what the instance sees now (stock or
-    patched); the instance dict is put back exactly as it was. For instrumentation (recording, counting)."""
-    had_own = name in model.__dict__
-    current = getattr(model, name)
-    model.__dict__[name] = wrap(current)
-    try:
-        yield
-    finally:
-        if had_own:
-            model.__dict__[name] = current
-        else:
-            del model.__dict__[name]
 
 
 @contextlib.contextmanager

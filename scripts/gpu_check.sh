@@ -52,7 +52,7 @@ PYEOF
 
 stage "2/4 checkpoints"
 timeout "${CHECKPOINT_LIMIT:-180}" $PY -c "
-from fastpath.testing.checkpoint import build_checkpoint
+from harness.checkpoint import build_checkpoint
 print(build_checkpoint('tiny')); print(build_checkpoint('full'))" 2>&1 | tail -n 5
 echo "checkpoint build exit ${PIPESTATUS[0]} (124: timed out; the tests then build what is missing)"
 
@@ -66,7 +66,7 @@ for tier in parity speed; do
 done
 
 stage "4/4 bench + baseline"
-timeout "${BENCH_LIMIT:-110}" $PY -m fastpath.testing.speed.bench --size full --device cuda \
+timeout "${BENCH_LIMIT:-110}" $PY -m harness.speed.bench --size full --device cuda \
   --points clone6-medium-32 auto-short-10 --variants stock@fp32 stock@bf16 gpu@bf16 preset@bf16 --rounds 6 \
   --out "$OUT/bench.json" --save-baseline "$OUT/baseline.json" >"$OUT/bench.log" 2>&1
 echo "bench exit $?"
@@ -76,7 +76,7 @@ if [ -f "$OUT/baseline.json" ]; then
 fi
 
 stage "4b batching: 8 mixed-length utterances as one batch vs one call each (target: >= 3x utterances/s)"
-timeout "${BATCH_LIMIT:-60}" $PY -m fastpath.testing.speed.bench --size full --device cuda \
+timeout "${BATCH_LIMIT:-60}" $PY -m harness.speed.bench --size full --device cuda \
   --points clone3-mixed8-16 clone3-mixed8-16-each --variants stock@bf16 gpu@bf16 --rounds 2 \
   --out "$OUT/batching.json" >"$OUT/batching.log" 2>&1
 echo "batching bench exit $?"; tail -n 12 "$OUT/batching.log"

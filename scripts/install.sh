@@ -18,5 +18,5 @@ constraints=${FASTPATH_CONSTRAINTS-constraints-cpu.txt}
 cflag=(); [ -n "$constraints" ] && cflag=(-c "$constraints")
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q --no-compile "${cflag[@]}" torch torchaudio
-.venv/bin/python -m pip install -q --no-compile "${cflag[@]}" -e ".[all]"
-.venv/bin/python -c "import torch, torchaudio, omnivoice, faster_whisper, fastpath; print('installed: torch', torch.__version__, '| omnivoice', __import__('importlib.metadata').metadata.version('omnivoice'))"
+.venv/bin/python -m pip install -q --no-compile "${cflag[@]}" -e . --group harness
+.venv/bin/python -c "import torch, torchaudio, omnivoice, faster_whisper, hypothesis, fastpath, harness; print('installed: torch', torch.__version__, '| omnivoice', __import__('importlib.metadata').metadata.version('omnivoice'))"

@@ -17,8 +17,8 @@ import torch
 import fastpath
 from fastpath import loop
 from fastpath.registry import overridden
-from fastpath.testing.parity import Run, compare_runs, record_generation
-from fastpath.testing.speed.points import load_spec
+from harness.parity import Run, compare_runs, record_generation
+from harness.speed.points import load_spec
 
 MIXED_8 = load_spec()["texts"]["mixed8"]  # one word to about ten seconds
 BATCH = dict(text=MIXED_8, language="en", num_step=16)

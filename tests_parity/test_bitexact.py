@@ -12,11 +12,18 @@ import pytest
 import torch
 
 import fastpath
-from fastpath.testing.checkpoint import load_model
-from fastpath.testing.parity import POINTS, PointUnsupported, compare_runs, record_generation, resolve_point
+from harness.checkpoint import load_model
+from harness.parity import (
+    POINTS,
+    PointUnsupported,
+    compare_runs,
+    record_generation,
+    resolve_point,
+)
 
 # every lossless patch alone, then the whole lossless stack (the GPU tier's lossy patches are inert on CPU: checked
-# bit-exact there by test_registry and test_gpu_patches, and against stock with tolerances by test_gpu_parity on CUDA)
+# bit-exact there by tests_patches/test_registry.py and test_gpu_registry.py, and against stock with tolerances by
+# test_gpu_parity on CUDA)
 PATCH_SETS = [(name,) for name in fastpath.LOSSLESS] + [tuple(fastpath.LOSSLESS)]
 # The stack runs at every point in the default run; each patch alone at these four (auto voice, voice clone, a
 # mixed batch, a one-word target that takes the small-GEMM path) and at the other six under --slow, to keep the

@@ -1,7 +1,7 @@
 """CUDA: each GPU patch against stock at the same precision, and against stock fp32; tolerances are data.
 
 No GPU patch is bit-exact (padded shapes pick other GEMM tiles, compiled kernels fuse and reorder, TF32 rounds
-inputs to 10 mantissa bits), so a run is compared with `fastpath.testing.tolerance.closeness`: step-0 logits
+inputs to 10 mantissa bits), so a run is compared with `harness.tolerance.closeness`: step-0 logits
 (relative error, argmax agreement at every position the sampler reads), final tokens, waveforms. Against fp32
 the bar is relative: a patched low-precision run must be about as close to fp32 as stock at that precision is.
 
@@ -19,10 +19,10 @@ import fastpath
 from fastpath.gpu import compiled, flags, graphs
 from fastpath.gpu.shapes import Buckets
 from fastpath.registry import COMPILED_LLM
-from fastpath.testing.checkpoint import resolve_checkpoint
-from fastpath.testing.devices import skip_unless_dtype_supported
-from fastpath.testing.parity import compare_runs, record_generation
-from fastpath.testing.tolerance import closeness, waveform_cosine, waveform_snr_db
+from harness.checkpoint import resolve_checkpoint
+from harness.devices import skip_unless_dtype_supported
+from harness.parity import compare_runs, record_generation
+from harness.tolerance import closeness, waveform_cosine, waveform_snr_db
 
 pytestmark = pytest.mark.cuda
 

@@ -4,7 +4,7 @@ Agreement = the share of final audio tokens equal to the exact run's (lossless s
 draws are the same, so every difference comes from the stale prefix). The floors are data: each sits below what
 this tiny checkpoint measured (2-core AMD EPYC, torch 2.14.1), with room for another CPU's rounding. The
 full-size figures and the timing are in the README and baselines/prefix_kv_cache.json (python -m
-fastpath.testing.speed.prefix); the work it removes is counted in tests_speed/test_work_counters.py.
+harness.speed.prefix); the work it removes is counted in tests_speed/test_work_counters.py.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 
 import fastpath
 from fastpath import loop
-from fastpath.testing.parity import POINTS, compare_runs, record_generation
-from fastpath.testing.speed.prefix import agreement
+from harness.parity import POINTS, compare_runs, record_generation
+from harness.speed.prefix import agreement
 
 NUM_STEP = 16
 CLONE = dict(POINTS["voice_clone_audio"], num_step=NUM_STEP)

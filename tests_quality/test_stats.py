@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from fastpath.testing.quality import stats
-from fastpath.testing.quality.wer import ScoredSet
+from harness.quality import stats
+from harness.quality.wer import ScoredSet
 
 
 def scored(errors, words, judge="judge-A", groups=None) -> ScoredSet:

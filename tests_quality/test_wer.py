@@ -6,7 +6,7 @@ import jiwer
 import numpy as np
 import pytest
 
-from fastpath.testing.quality import wer
+from harness.quality import wer
 
 pytest.importorskip("whisper_normalizer", reason="pip install -e .[quality] (package whisper-normalizer)")
 

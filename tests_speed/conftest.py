@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from fastpath.testing.checkpoint import load_model
+from fastpath import instance
+from harness.checkpoint import load_model
 
 
 @pytest.fixture(scope="session")
@@ -31,10 +32,10 @@ def slowdown(request):
             time.sleep(fraction * (time.perf_counter() - start))
             return out
 
-        model.llm.forward = slowed  # instance attribute; removed below
+        instance.install(model.llm, "forward", slowed)
         undo.append(model)
         return model
 
     yield inject
     for model in undo:
-        del model.llm.forward
+        instance.restore(model.llm, "forward")

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fastpath.testing.speed.baselines import FORMAT, FORMAT_VERSION, BaselineError, Point, save_baseline
-from fastpath.testing.speed.compare import (
+from harness.speed.baselines import FORMAT, FORMAT_VERSION, BaselineError, Point, save_baseline
+from harness.speed.compare import (
     DEFAULT_ALPHA,
     InsufficientSamplesError,
     Verdict,
@@ -251,7 +251,7 @@ def test_parser_defaults_and_bad_option_exit_2(capsys):
 
 def run_cli(*args) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "MPLBACKEND": "Agg"}
-    return subprocess.run([sys.executable, "-m", "fastpath.testing.speed.compare", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "harness.speed.compare", *map(str, args)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
 
 

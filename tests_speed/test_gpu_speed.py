@@ -16,10 +16,10 @@ import torch
 
 import fastpath
 from fastpath.gpu import compiled, graphs
-from fastpath.testing.speed.measure import (
+from harness.speed.measure import (
     Variant, batch_vs_each, cuda_memory_over_calls, interleaved_variants, timed_generate,
 )
-from fastpath.testing.speed.points import point
+from harness.speed.points import point
 
 pytestmark = pytest.mark.cuda
 

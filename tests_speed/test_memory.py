@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import fastpath
-from fastpath.testing.speed.measure import cuda_memory_over_calls
-from fastpath.testing.speed.points import point
+from harness.speed.measure import cuda_memory_over_calls
+from harness.speed.points import point
 
 CALLS = 10
 # Bound on resident-set growth from call 2 to call 10 on the tiny model. The allocator keeps freed pages, so
@@ -42,7 +42,7 @@ def test_rss_does_not_grow_over_repeated_calls(model, patches):
 @pytest.mark.cuda
 @pytest.mark.parametrize("patches", [(), tuple(fastpath.LOSSLESS)], ids=["stock", "fastpath"])
 def test_cuda_memory_is_flat_over_repeated_calls(checkpoint, patches):
-    from fastpath.testing.checkpoint import load_model
+    from harness.checkpoint import load_model
 
     model = load_model(checkpoint, device="cuda", dtype=torch.bfloat16)
     kwargs = point("clone6-medium-16").generate_kwargs(model)

@@ -9,7 +9,7 @@ passes nor fails on a number from another machine. The clock-free gate of the de
 
 Stock and the lossless stack are timed interleaved (A B A B ...) after one warm-up call each; the warm-up is
 reported as first-call latency and kept out of the RTF samples. pytest-benchmark records each measurement with
-the RTF samples in `extra_info` (`--benchmark-json` files feed `python -m fastpath.testing.speed.compare`).
+the RTF samples in `extra_info` (`--benchmark-json` files feed `python -m harness.speed.compare`).
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ import json
 import pytest
 
 import fastpath
-from fastpath.testing.checkpoint import REPO_ROOT
-from fastpath.testing.speed.baselines import BaselineError, load_baseline, save_baseline
-from fastpath.testing.speed.compare import compare_point, should_remeasure
-from fastpath.testing.speed.baselines import Point as BasePoint
-from fastpath.testing.speed.machine import device_key, hardware_key, machine_info
-from fastpath.testing.speed.measure import batch_vs_each, interleaved
-from fastpath.testing.speed.points import point
+from harness import REPO_ROOT
+from harness.speed.baselines import BaselineError, load_baseline, save_baseline
+from harness.speed.compare import compare_point, should_remeasure
+from harness.speed.baselines import Point as BasePoint
+from harness.machine import device_key, hardware_key, machine_info
+from harness.speed.measure import batch_vs_each, interleaved
+from harness.speed.points import point
 
 FLOORS_FILE = REPO_ROOT / "baselines" / "ratio_floors.json"
 VARIANTS = {"stock": (), "fastpath": tuple(fastpath.LOSSLESS)}

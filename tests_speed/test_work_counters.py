@@ -16,9 +16,9 @@ import pytest
 
 import fastpath
 from fastpath import loop
-from fastpath.testing.checkpoint import REPO_ROOT
-from fastpath.testing.parity import POINTS
-from fastpath.testing.speed.measure import count_work, sequence_lengths
+from harness import REPO_ROOT
+from harness.parity import POINTS
+from harness.speed.measure import count_work, sequence_lengths
 
 WORK_FILE = REPO_ROOT / "baselines" / "work_counters.json"
 SAVE_COMMAND = ".venv/bin/python -m pytest tests_speed/test_work_counters.py --save-baseline"

@@ -13,3 +13,15 @@ against stock with tolerances on CUDA (`pytest -m cuda`). On a model that is not
 inert: every call goes to the stock code, so a CPU model patched with them is bit-exact with stock.
 Importing this package imports no torch.
 """
+
+
+def synchronize(device) -> None:
+    """Wait for the device's queued work (CUDA, MPS); nothing to wait for on the CPU. Timers read the clock after
+    this, never before."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()

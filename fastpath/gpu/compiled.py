@@ -20,25 +20,21 @@ from typing import Callable
 
 import torch
 
+from fastpath import instance
 from fastpath.gpu.padding import hidden_output, llm_call_shape, padded
-from fastpath.gpu.shapes import Buckets, graph_key
+from fastpath.gpu import synchronize
+from fastpath.gpu.shapes import DEFAULT_BUCKETS, Buckets, graph_key
 
 LLM_ATTR = "_fastpath_compiled_llm"
 VOCODER_ATTR = "_fastpath_compiled_vocoder"
 MODES = ("default", "reduce-overhead", "max-autotune")
 CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")  # inductor records CUDA graphs in these modes
-DEFAULT_BUCKETS = Buckets(multiple=64, growth=1.0)
 
 
 def check_mode(mode: str) -> str:
     if mode not in MODES:
         raise ValueError(f"unknown torch.compile mode {mode!r}; fastpath uses one of {list(MODES)}")
     return mode
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 @dataclass(eq=False, repr=False)
@@ -52,7 +48,6 @@ class CompiledForward:
     buckets: Buckets | None = DEFAULT_BUCKETS  # None: no padding (every new length may recompile or re-record)
     devices: tuple = ("cuda",)
     compiler: Callable = torch.compile
-    previous: tuple = (False, None)
     compiled: Callable | None = None
     first_calls: list = field(default_factory=list)  # (shape key, seconds incl. compile/record) per new shape
     seen: set = field(default_factory=set)
@@ -79,7 +74,7 @@ class CompiledForward:
             self.compiled = self.compiler(self.inner, mode=self.mode, dynamic=self.dynamic)
         first = key not in self.seen
         if first:
-            _sync(embeds.device)
+            synchronize(embeds.device)
             start = time.perf_counter()
         if self.mode in CUDAGRAPH_MODES:
             torch.compiler.cudagraph_mark_step_begin()  # the previous call's outputs were copied out already
@@ -87,7 +82,7 @@ class CompiledForward:
                                use_cache=False)[0]
         out = hidden_output(hidden, length)  # a copy: CUDA-graph modes overwrite their outputs on the next call
         if first:
-            _sync(embeds.device)
+            synchronize(embeds.device)
             self.first_calls.append((key, time.perf_counter() - start))
             self.seen.add(key)
         return out
@@ -112,8 +107,8 @@ def compile_llm(model, mode: str = "default", dynamic: bool | None = True, bucke
     """
     check_mode(mode)
     llm = model.llm
-    return install_wrapped(model, LLM_ATTR, llm, "forward", lambda previous: CompiledForward(
-        llm, llm.forward, mode, dynamic, buckets, tuple(devices), compiler, previous=previous))
+    return install_wrapped(model, LLM_ATTR, llm, "forward", lambda: CompiledForward(
+        llm, llm.forward, mode, dynamic, buckets, tuple(devices), compiler))
 
 
 def uncompile_llm(model) -> None:
@@ -132,7 +127,6 @@ class CompiledDecode:
     dynamic: bool | None = True
     devices: tuple = ("cuda",)
     compiler: Callable = torch.compile
-    previous: tuple = (False, None)
     compiled: Callable | None = None
     first_calls: list = field(default_factory=list)
     seen: set = field(default_factory=set)
@@ -151,13 +145,13 @@ class CompiledDecode:
         key = tuple(audio_codes.shape)
         first = key not in self.seen
         if first:
-            _sync(audio_codes.device)
+            synchronize(audio_codes.device)
             start = time.perf_counter()
         if self.mode in CUDAGRAPH_MODES:
             torch.compiler.cudagraph_mark_step_begin()
         out = self.compiled(audio_codes, *args, **kwargs)
         if first:
-            _sync(audio_codes.device)
+            synchronize(audio_codes.device)
             self.first_calls.append((key, time.perf_counter() - start))
             self.seen.add(key)
         return out
@@ -184,8 +178,8 @@ def compile_vocoder(model, mode: str = "default", dynamic: bool | None = True, d
     tokenizer = model.audio_tokenizer
     if tokenizer is None:
         raise ValueError("this model has no audio tokenizer (loaded with train=True?); nothing to compile")
-    return install_wrapped(model, VOCODER_ATTR, tokenizer, "decode", lambda previous: CompiledDecode(
-        tokenizer, tokenizer.decode, mode, dynamic, tuple(devices), compiler, previous=previous))
+    return install_wrapped(model, VOCODER_ATTR, tokenizer, "decode", lambda: CompiledDecode(
+        tokenizer, tokenizer.decode, mode, dynamic, tuple(devices), compiler))
 
 
 def uncompile_vocoder(model) -> None:
@@ -195,34 +189,24 @@ def uncompile_vocoder(model) -> None:
 
 
 def install_wrapped(model, attr: str, module, name: str, make):
-    """Put `make(previous)` in place of `module.<name>` on the instance and record it as `model.<attr>`; previous is
-    (the instance had its own `name`, that value), what `restore_wrapped` puts back. Once installed, the installed
-    wrapper is returned again."""
+    """Put `make()` in place of `module.<name>` on the instance (fastpath.instance) and keep it as `model.<attr>`.
+    Once installed, the installed wrapper is returned again."""
     if attr in model.__dict__:
         return model.__dict__[attr]
-    wrapper = make((name in module.__dict__, module.__dict__.get(name)))
-    module.__dict__[name] = wrapper
-    model.__dict__[attr] = wrapper
+    wrapper = make()
+    instance.install(module, name, wrapper)
+    instance.install(model, attr, wrapper)
     return wrapper
 
 
 def remove_wrapped(model, attr: str, name: str, module_of):
-    """Undo `install_wrapped`: forget `model.<attr>` and restore `<module_of(wrapper)>.<name>`. Returns the removed
-    wrapper, or None when none was installed."""
-    wrapper = model.__dict__.pop(attr, None)
+    """Undo `install_wrapped`: forget `model.<attr>` and put back what `<module_of(wrapper)>.<name>` was, if the
+    wrapper is still in place. Returns the removed wrapper, or None when none was installed."""
+    wrapper = model.__dict__.get(attr)
     if wrapper is not None:
-        restore_wrapped(module_of(wrapper), name, wrapper)
+        instance.restore(model, attr)
+        instance.restore(module_of(wrapper), name, only_if=wrapper)
     return wrapper
-
-
-def restore_wrapped(module, name: str, wrapper) -> None:
-    """Put back what `module.<name>` was on the instance before `wrapper`, if the wrapper is still in place."""
-    if module.__dict__.get(name) is wrapper:
-        had_own, previous = wrapper.previous
-        if had_own:
-            module.__dict__[name] = previous
-        else:
-            del module.__dict__[name]
 
 
 def stats(model) -> dict:

@@ -26,12 +26,12 @@ import torch
 
 from fastpath.gpu.compiled import install_wrapped, remove_wrapped
 from fastpath.gpu.padding import fill_padded, hidden_output, llm_call_shape
-from fastpath.gpu.shapes import Buckets, GraphKey, LRUCache, graph_key
+from fastpath.gpu import synchronize
+from fastpath.gpu.shapes import DEFAULT_BUCKETS, Buckets, GraphKey, LRUCache, graph_key
 
 log = logging.getLogger(__name__)
 
 GRAPHS_ATTR = "_fastpath_cuda_graphs"  # model instance attribute: the GraphedForward while applied
-DEFAULT_BUCKETS = Buckets(multiple=64, growth=1.0)
 DEFAULT_MAX_GRAPHS = 32
 WARMUP_CALLS = 2  # eager runs on a side stream before capture (lazy cuBLAS/cuDNN init stays out of the graph)
 
@@ -66,11 +66,6 @@ def _capturing(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 @dataclass(eq=False, repr=False)
 class GraphedForward:
     """Stands in for `llm.forward` on the instance: replays a captured graph per bucketed shape.
@@ -89,7 +84,6 @@ class GraphedForward:
     max_graphs: int = DEFAULT_MAX_GRAPHS
     devices: tuple = ("cuda",)
     capture: Callable = capture_cuda_graph
-    previous: tuple = (False, None)  # (instance had its own forward, that forward), restored on remove
     cache: LRUCache = field(init=False)
     pool: object = None
     passthrough: int = 0  # calls sent to `inner` because they are not capturable
@@ -118,7 +112,7 @@ class GraphedForward:
 
     def _capture(self, key: GraphKey, embeds: torch.Tensor, mask: torch.Tensor) -> Captured:
         device = embeds.device
-        _sync(device)
+        synchronize(device)
         start = time.perf_counter()
         with torch.inference_mode(False):  # normal tensors: writable from inside and outside inference mode
             static_embeds = torch.empty((key.rows, key.length, embeds.shape[-1]), dtype=embeds.dtype, device=device)
@@ -138,7 +132,7 @@ class GraphedForward:
             log.warning("cuda_graphs: capture of %s failed, running it eagerly: %s", key, err)
             entry = Captured(None, None, None, None, time.perf_counter() - start, f"{type(err).__name__}: {err}")
         else:
-            _sync(device)
+            synchronize(device)
             entry = Captured(graph, static_embeds, static_mask, hidden, time.perf_counter() - start)
         self.captures.append((key, entry.seconds, entry.error))
         return entry
@@ -170,8 +164,8 @@ def install(model, buckets: Buckets = DEFAULT_BUCKETS, max_graphs: int = DEFAULT
         capture: how one shape is captured (default: `capture_cuda_graph`).
     """
     llm = model.llm
-    return install_wrapped(model, GRAPHS_ATTR, llm, "forward", lambda previous: GraphedForward(
-        llm, llm.forward, buckets, max_graphs, tuple(devices), capture, previous=previous))
+    return install_wrapped(model, GRAPHS_ATTR, llm, "forward", lambda: GraphedForward(
+        llm, llm.forward, buckets, max_graphs, tuple(devices), capture))
 
 
 def remove(model) -> None:

@@ -58,6 +58,9 @@ class Buckets:
                 return out
 
 
+DEFAULT_BUCKETS = Buckets(multiple=64, growth=1.0)  # lengths padded to multiples of 64 (compile, graphs)
+
+
 @dataclass(frozen=True)
 class GraphKey:
     """What one captured graph is specialised to: replaying it for anything else would be wrong.

@@ -1,0 +1,13 @@
+"""The suite's harness: what the tiers share, beside them in the repository and never in the wheel.
+
+Stages, in the order a run uses them: `checkpoint` (build / find / load the model), `parity` (record and compare
+generations), `speed` (measure, baselines, compare), `quality` (generate, judge, score, gate), `goldens` and
+`gate` (upstream version bumps), `report` (`python -m harness report`). `machine` describes the machine once for
+all of them. Everything reads the repository through `REPO_ROOT`.
+"""
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = REPO_ROOT / "fixtures"
+BASELINES = REPO_ROOT / "baselines"

@@ -1,0 +1,479 @@
+"""The upstream version-bump gate: may fastpath ship on top of another omnivoice?
+
+    python -m harness.gate omnivoice==0.2.0 [--against current] [--out DIR]
+    python -m harness.gate path/to/omnivoice-X.whl
+    python -m harness.gate path/to/source-folder        # a folder holding omnivoice/
+
+The candidate gets its own venv (`harness.candidate`: only omnivoice differs from this environment).
+Checks, in order, each with a status: pass, changed-as-expected, changed, fail or skipped.
+
+| check | measures | blocks the bump when |
+|---|---|---|
+| install | the candidate installs and `omnivoice.models.omnivoice` imports | it does not (every later check skips) |
+| fingerprints | AST fingerprint of every upstream name a patch relies on, vs the `--against` version's source; a unified diff per changed one in OUT/fingerprints/ | one changed to a fingerprint not recorded as known to work in fastpath/fingerprints.json ("changed": review the diff, and record it only once parity passes) |
+| goldens | stock output on the tiny checkpoint vs fixtures/goldens/<version>.json, per operating point | never: a behaviour change of stock is reported ("changed"), not judged |
+| parity | the parity tier (pytest tests_parity) run in the candidate's env with FASTPATH_ALLOW_UNVERIFIED_UPSTREAM=1 | any test fails or errors |
+| work | exact work counters (FLOPs, LLM calls and positions, head rows, ...) of stock and of the lossless stack on the tiny checkpoint, candidate vs `--against`, same job | the lossless stack does more work on the candidate |
+| rtf | optional interleaved RTF on tiny (`--rtf-rounds N`) | never (noisy, informational) |
+| quality | tests_quality's real-weights tier, when a real checkpoint is given | a test fails |
+
+Exit status: 0 the bump may ship, 1 it must not, 2 the gate could not run (bad candidate, no index).
+Writes OUT/verdict.json, OUT/verdict.md and each step's log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from fastpath import fingerprints
+from fastpath.registry import relied_on
+from harness import REPO_ROOT
+from harness import candidate as cand
+from harness import goldens as gold
+from harness.cli import int_at_least
+
+STATUSES = ("pass", "changed-as-expected", "changed", "fail", "skipped")
+CHECKS = ("fingerprints", "goldens", "parity", "work", "rtf", "quality")
+WORK_POINTS = ("clone6-medium-32", "auto-short-10")  # speed points: a voice clone at 32 steps, a short auto voice
+COUNTERS = ("flops", "llm_calls", "llm_positions", "head_rows", "embedded_positions", "reference_encodes")
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # one of STATUSES
+    blocks: bool
+    summary: str
+    details: list = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"status {self.status!r} is not one of {STATUSES}")
+
+
+# --- verdict rules: pure functions of measured data ---------------------------------------------------------
+
+
+def rule_fingerprints(rows: list, candidate_version: str, against_version: str,
+                      candidate_file: str = "<candidate>/omnivoice/models/omnivoice.py") -> Check:
+    """rows: [{'name', 'against', 'candidate', 'known'}], fingerprints (None: not defined) and the versions
+    fingerprints.json records as known to work for the candidate's fingerprint."""
+    changed = [r for r in rows if r["candidate"] != r["against"]]
+    unknown = [r for r in changed if not r["known"]]
+    if not changed:
+        return Check("fingerprints", "pass", False,
+                     f"all {len(rows)} relied-on upstream names identical to {against_version}")
+    details = []
+    for r in changed:
+        state = (f"recorded as known to work in {', '.join(r['known'])}" if r["known"]
+                 else "missing from the candidate" if r["candidate"] is None else "NOT recorded as known to work")
+        details.append(f"{r['name']}: {r['against']} -> {r['candidate']} ({state})")
+    if not unknown:
+        return Check("fingerprints", "changed-as-expected", False,
+                     f"{len(changed)} changed, all reviewed and recorded: {', '.join(r['name'] for r in changed)}",
+                     details)
+    names = [r["name"] for r in unknown]
+    details.append(
+        f"fix: read the diffs in fingerprints/; if the patch logic still holds and the parity tier passes, record "
+        f"with `python -m fastpath fingerprints --source {candidate_file} --version "
+        f"{candidate_version} --record --only {' '.join(names)}`")
+    return Check("fingerprints", "changed", True,
+                 f"refused: {', '.join(names)} changed in omnivoice {candidate_version} (unreviewed)", details)
+
+
+def rule_goldens(differences: dict, against_version: str, candidate_version: str) -> Check:
+    """differences: {goldens version: {point: [differing parts]}} (goldens.match_versions)."""
+    if not differences:
+        return Check("goldens", "skipped", False,
+                     "no goldens recorded: run `python -m harness.goldens --record`")
+    same = gold.matching(differences)
+    if against_version in same:
+        return Check("goldens", "pass", False, f"stock output identical to the {against_version} goldens at every point")
+    if same:
+        return Check("goldens", "changed-as-expected", False,
+                     f"stock output matches the goldens of {', '.join(same)}, not {against_version}")
+    ref = against_version if against_version in differences else sorted(differences)[-1]
+    moved = {p: parts for p, parts in differences[ref].items() if parts}
+    return Check("goldens", "changed", False,
+                 f"stock behaviour changed: {len(moved)}/{len(differences[ref])} points differ from the "
+                 f"{ref} goldens, and no known version matches",
+                 [f"{p}: {'; '.join(parts)}" for p, parts in moved.items()])
+
+
+def rule_parity(result: dict) -> Check:
+    """result: {'returncode', 'passed', 'failed': [(test, message)], 'errors': [...], 'skipped': [...]}"""
+    bad = result["failed"] + result["errors"]
+    counts = (f"{result['passed']} passed, {len(result['failed'])} failed, {len(result['errors'])} errors, "
+              f"{len(result['skipped'])} skipped")
+    details = [f"{test}: {msg}" for test, msg in bad[:20]]
+    details += [f"skipped {test}: {msg}" for test, msg in result["skipped"] if "slow" not in msg][:10]
+    if bad or result["returncode"] != 0 or result["passed"] == 0:
+        why = "not bit-exact or broken" if bad else f"pytest exit {result['returncode']}"
+        return Check("parity", "fail", True, f"{why}: {counts}", details)
+    return Check("parity", "pass", False, f"bit-exact: {counts}", details)
+
+
+def rule_work(candidate: dict, against: dict, candidate_version: str, against_version: str) -> Check:
+    """candidate/against: {point: {'stock': counters, 'fastpath': counters}} (probe_work)."""
+    more, moved, details = [], [], []
+    for point in sorted(set(candidate) & set(against)):
+        for variant in ("stock", "fastpath"):
+            for key in COUNTERS:
+                a, c = against[point][variant][key], candidate[point][variant][key]
+                if a == c:
+                    continue
+                line = f"{point} {variant} {key}: {a} -> {c} ({(c - a) / a:+.1%})" if a else f"{point} {variant} {key}: {a} -> {c}"
+                (more if variant == "fastpath" and c > a else moved).append(line)
+        s, f = candidate[point]["stock"]["flops"], candidate[point]["fastpath"]["flops"]
+        sa, fa = against[point]["stock"]["flops"], against[point]["fastpath"]["flops"]
+        details.append(f"{point}: FLOPs stock/fastpath {sa / fa:.3f}x on {against_version}, {s / f:.3f}x on "
+                       f"{candidate_version}" if f and fa else f"{point}: no FLOPs counted")
+    missing = sorted(set(candidate) ^ set(against))
+    if missing:
+        return Check("work", "fail", True, f"work not measured on both versions at {missing}", details)
+    if more:
+        return Check("work", "fail", True, f"the lossless stack does more work on {candidate_version}",
+                     more + moved + details)
+    if moved:
+        return Check("work", "changed", False, "work counts changed (the lossless stack does no more work)",
+                     moved + details)
+    return Check("work", "pass", False, "identical work counts, stock and lossless stack", details)
+
+
+def rule_rtf(candidate: list, against: list, threshold: float = 0.10) -> Check:
+    """candidate/against: median RTFs of the lossless stack, one per interleaved round. Never blocks."""
+    if not candidate or not against:
+        return Check("rtf", "skipped", False, "not measured (--rtf-rounds 0)")
+    ratio = statistics.median(candidate) / statistics.median(against)
+    status = "pass" if abs(ratio - 1) <= threshold else "changed"
+    return Check("rtf", status, False, f"median RTF candidate/against = {ratio:.3f} over {len(candidate)} rounds "
+                                       f"(informational: shared-machine noise; |ratio-1| > {threshold} is 'changed')",
+                 [f"candidate {[round(x, 4) for x in candidate]}", f"against {[round(x, 4) for x in against]}"])
+
+
+def rule_quality(result: dict | None, reason: str = "") -> Check:
+    if result is None:
+        return Check("quality", "skipped", False, f"skipped: {reason}")
+    bad = result["failed"] + result["errors"]
+    if bad or result["returncode"] not in (0, 5):
+        return Check("quality", "fail", True, f"{len(bad)} quality tests failed", [f"{t}: {m}" for t, m in bad[:10]])
+    if result["passed"] == 0:
+        reason = result["skipped"][0][1] if result["skipped"] else "no quality test ran"
+        return Check("quality", "skipped", False, f"skipped: {reason}")
+    return Check("quality", "pass", False, f"{result['passed']} quality tests passed")
+
+
+def verdict(checks: list) -> dict:
+    blocking = [c.name for c in checks if c.blocks]
+    return {"ship": not blocking, "blocked_by": blocking, "checks": [asdict(c) for c in checks]}
+
+
+# --- measurements ------------------------------------------------------------------------------------------
+
+
+def fingerprint_rows(candidate_source: str, against_source: str) -> list:
+    names = relied_on()
+    known = fingerprints.load_known()
+    now, then = fingerprints.fingerprints_in(candidate_source, names), fingerprints.fingerprints_in(against_source, names)
+    return [{"name": n, "against": then[n], "candidate": now[n], "known": known.get(n, {}).get(now[n], [])}
+            for n in names]
+
+
+def function_diff(name: str, candidate_source: str, against_source: str, labels=("against", "candidate")) -> str:
+    def text(source):
+        try:
+            return fingerprints.definition_source(source, name).splitlines(keepends=True)
+        except KeyError:
+            return []
+
+    return "".join(difflib.unified_diff(text(against_source), text(candidate_source),
+                                        f"{labels[0]}/{name}", f"{labels[1]}/{name}"))
+
+
+def check_fingerprints(env, against, versions, out: Path) -> Check:
+    cand_src, base_src = env.upstream_file.read_text(), against.upstream_file.read_text()
+    rows = fingerprint_rows(cand_src, base_src)
+    check = rule_fingerprints(rows, versions[0], versions[1], str(env.upstream_file))
+    folder = out / "fingerprints"
+    folder.mkdir(parents=True, exist_ok=True)
+    for r in rows:
+        if r["candidate"] != r["against"]:
+            path = folder / f"{r['name']}.diff"
+            path.write_text(function_diff(r["name"], cand_src, base_src,
+                                          (f"omnivoice-{versions[1]}", f"omnivoice-{versions[0]}")))
+            check.details.append(f"diff: {path}")
+    return check
+
+
+def run_goldens(env, out: Path) -> dict:
+    path = out / f"goldens-{env.spec.name}.json"
+    path.unlink(missing_ok=True)  # never read a stale file from an earlier run
+    env.run(["-m", "harness.goldens", "--out", path], timeout=1800, log=out / "goldens.log")
+    if not path.is_file():
+        raise GateStepError(f"recording goldens failed; see {out / 'goldens.log'}")
+    return json.loads(path.read_text())
+
+
+def check_goldens(env, versions, out: Path) -> Check:
+    observed = run_goldens(env, out)
+    known = gold.load_goldens()
+    differences = gold.match_versions(observed["points"], known)
+    check = rule_goldens(differences, versions[1], versions[0])
+    check.details.append(gold.coverage(known, observed["environment"]["numerics_key"]))
+    if versions[0] not in known:
+        check.details.append(f"observed: {out / f'goldens-{env.spec.name}.json'} (once reviewed, copy it to "
+                             f"fixtures/goldens/{versions[0]}.json to make this behaviour known)")
+    weights = gold.weight_digests(observed)
+    same_weights = [v for v, data in known.items() if gold.weight_digests(data) == weights]
+    check.details.append(f"tiny checkpoint weights (model.safetensors sha256 {weights['model_sha256'][:12]}) equal to "
+                         f"those of the goldens of: {', '.join(same_weights) or 'none'}")
+    return check
+
+
+def run_pytest(env, args: list, out: Path, name: str, extra_env=None, timeout=3600) -> dict:
+    junit = out / f"{name}-junit.xml"
+    junit.unlink(missing_ok=True)
+    done = env.run(["-m", "pytest", *args, "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"],
+                   extra_env=extra_env, timeout=timeout, log=out / f"{name}.log")
+    return parse_junit(junit, done.returncode)
+
+
+def parse_junit(path: Path, returncode: int) -> dict:
+    result = {"returncode": returncode, "passed": 0, "failed": [], "errors": [], "skipped": []}
+    if not path.is_file():
+        result["errors"].append(("pytest", f"no junit report (pytest exit {returncode})"))
+        return result
+    for case in ET.parse(path).getroot().iter("testcase"):
+        test = f"{case.get('classname')}::{case.get('name')}"
+        outcome = next((c for c in case if c.tag in ("failure", "error", "skipped")), None)
+        if outcome is None:
+            result["passed"] += 1
+            continue
+        message = (outcome.get("message") or outcome.text or "").strip().splitlines()
+        key = {"failure": "failed", "error": "errors", "skipped": "skipped"}[outcome.tag]
+        result[key].append((test, " ".join(ln.strip() for ln in message[:2])[:300]))  # "X is not bit-exact:" + first diff
+    return result
+
+
+def check_parity(env, out: Path, select: str | None = None) -> Check:
+    args = ["tests_parity"] + (["-k", select] if select else [])
+    check = rule_parity(run_pytest(env, args, out, "parity", {fingerprints.ENV_ALLOW: "1"}))
+    if select:
+        check.summary += f" (subset: -k {select!r})"
+    return check
+
+
+def probe_work(path: str) -> None:
+    """In the environment under test: work counters of stock and the lossless stack at WORK_POINTS -> JSON."""
+    import fastpath
+    from harness.checkpoint import build_checkpoint, load_model
+    from harness.speed.measure import count_work
+    from harness.speed.points import point
+
+    model = load_model(build_checkpoint("tiny"))
+    result = {}
+    for name in WORK_POINTS:
+        kwargs = point(name).generate_kwargs(model)
+        stock = count_work(model, **kwargs).as_dict()
+        with fastpath.patched(model, allow_unverified=True):
+            fast = count_work(model, **kwargs).as_dict()
+        result[name] = {"stock": stock, "fastpath": fast}
+    Path(path).write_text(json.dumps(result, indent=1))
+
+
+def probe_rtf(path: str, samples: int = 3) -> None:
+    """In the environment under test: median RTF of the lossless stack at WORK_POINTS[0], after one warm-up."""
+    import fastpath
+    from harness.checkpoint import build_checkpoint, load_model
+    from harness.speed.measure import timed_generate
+    from harness.speed.points import point
+
+    model = load_model(build_checkpoint("tiny"))
+    kwargs = point(WORK_POINTS[0]).generate_kwargs(model)
+    with fastpath.patched(model, allow_unverified=True):
+        timed_generate(model, 0, **kwargs)  # warm-up, not counted
+        rtfs = [s / a for s, a in (timed_generate(model, 0, **kwargs) for _ in range(samples))]
+    Path(path).write_text(json.dumps({"median_rtf": statistics.median(rtfs), "rtf": rtfs}))
+
+
+def run_probe(env, probe: str, out: Path, tag: str) -> dict:
+    path = out / f"{probe}-{tag}.json"
+    path.unlink(missing_ok=True)
+    code = f"from harness.gate import {probe}; {probe}({str(path)!r})"
+    done = env.run(["-c", code], timeout=1800, log=out / f"{probe}-{tag}.log")
+    if done.returncode != 0 or not path.is_file():
+        raise GateStepError(f"{probe} failed in the {tag} environment; see {out / f'{probe}-{tag}.log'}")
+    return json.loads(path.read_text())
+
+
+def check_work(env, against, versions, out: Path) -> Check:
+    mine, theirs = run_probe(env, "probe_work", out, "candidate"), run_probe(against, "probe_work", out, "against")
+    return rule_work(mine, theirs, *versions)
+
+
+def check_rtf(env, against, rounds: int, out: Path) -> Check:
+    mine, theirs = [], []
+    for r in range(rounds):  # A B A B: a drift of the shared machine hits both alike
+        theirs.append(run_probe(against, "probe_rtf", out, f"against-{r}")["median_rtf"])
+        mine.append(run_probe(env, "probe_rtf", out, f"candidate-{r}")["median_rtf"])
+    return rule_rtf(mine, theirs)
+
+
+def check_quality(env, checkpoint: str | None, out: Path) -> Check:
+    from harness.checkpoint import ENV_CHECKPOINT, find_hf_cache
+
+    real = checkpoint or os.environ.get(ENV_CHECKPOINT) or (str(find_hf_cache()) if find_hf_cache() else None)
+    if not real:
+        return rule_quality(None, f"no real OmniVoice checkpoint (pass --checkpoint PATH or set {ENV_CHECKPOINT}); "
+                                  f"the quality tier judges real speech only")
+    result = run_pytest(env, ["tests_quality", "-m", "real_weights", "--checkpoint", real], out, "quality",
+                        {fingerprints.ENV_ALLOW: "1"})
+    return rule_quality(result)
+
+
+class GateStepError(RuntimeError):
+    pass
+
+
+# --- the command -------------------------------------------------------------------------------------------
+
+
+def machine() -> str:
+    return f"{gold.cpu_name()}, {os.cpu_count()} cores, {platform.system()} {platform.machine()}"
+
+
+def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, rtf_rounds: int = 0,
+             checkpoint: str | None = None, fresh: bool = False, command: str = "", log=print,
+             parity_select: str | None = None) -> dict:
+    start = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    env = cand.prepare(cand.parse_spec(candidate_text), fresh=fresh)
+    against = cand.prepare(cand.parse_spec(against_text), fresh=fresh)
+    results, info = [], {}
+    for e, tag in ((env, "candidate"), (against, "against")):
+        info[tag] = e.import_check()
+    if not info["against"]["ok"]:
+        raise cand.CandidateError(f"the --against environment does not import omnivoice: {info['against']['error']}")
+    versions = (info["candidate"].get("version", "?"), info["against"]["version"])
+    if not info["candidate"]["ok"]:
+        results.append(Check("install", "fail", True, f"{candidate_text} does not import: {info['candidate']['error']}",
+                             info["candidate"]["traceback"].splitlines()[-15:]))
+        results += [Check(n, "skipped", False, "skipped: the candidate does not import") for n in checks]
+    else:
+        results.append(Check("install", "pass", False, f"omnivoice {versions[0]} imports from {env.site}",
+                             list(env.notes)))
+        steps = {
+            "fingerprints": lambda: check_fingerprints(env, against, versions, out),
+            "goldens": lambda: check_goldens(env, versions, out),
+            "parity": lambda: check_parity(env, out, parity_select),
+            "work": lambda: check_work(env, against, versions, out),
+            "rtf": lambda: check_rtf(env, against, rtf_rounds, out) if rtf_rounds else rule_rtf([], []),
+            "quality": lambda: check_quality(env, checkpoint, out),
+        }
+        for name in checks:
+            t0 = time.perf_counter()
+            log(f"[gate] {name} ...")
+            try:
+                check = steps[name]()
+            except (GateStepError, cand.CandidateError) as err:
+                check = Check(name, "fail", True, str(err))
+            except subprocess.TimeoutExpired as err:
+                check = Check(name, "fail", True, f"timed out after {err.timeout:.0f} s: {' '.join(map(str, err.cmd))}")
+            check.details.append(f"took {time.perf_counter() - t0:.0f} s")
+            results.append(check)
+    report = verdict(results)
+    report.update({
+        "candidate": {"spec": candidate_text, "version": versions[0], "python": str(env.python)},
+        "against": {"spec": against_text, "version": versions[1], "python": str(against.python)},
+        "environment": {**gold.environment(), "omnivoice": None, "machine": machine()},
+        "command": command,
+        "seconds": round(time.perf_counter() - start, 1),
+    })
+    (out / "verdict.json").write_text(json.dumps(report, indent=1))
+    (out / "verdict.md").write_text(render_markdown(report))
+    return report
+
+
+def render_table(report: dict) -> str:
+    rows = [("check", "status", "blocks", "summary")]
+    rows += [(c["name"], c["status"], "YES" if c["blocks"] else "no", c["summary"]) for c in report["checks"]]
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = ["  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3] for r in rows]
+    for c in report["checks"]:
+        if c["details"]:
+            lines.append(f"\n{c['name']}:")
+            lines += [f"  {d}" for d in c["details"]]
+    ship = "MAY SHIP" if report["ship"] else f"MUST NOT SHIP (blocked by: {', '.join(report['blocked_by'])})"
+    lines.append(f"\nverdict: omnivoice {report['candidate']['version']} against {report['against']['version']}: {ship}")
+    return "\n".join(lines)
+
+
+def render_markdown(report: dict) -> str:
+    env = report["environment"]
+    out = [f"# Upstream gate: omnivoice {report['candidate']['version']} against {report['against']['version']}", "",
+           f"**{'May ship' if report['ship'] else 'Must not ship'}**"
+           + (f" (blocked by: {', '.join(report['blocked_by'])})" if report["blocked_by"] else ""), "",
+           f"Machine: {env['machine']}; torch {env['torch']}, transformers {env['transformers']}; CPU fp32; "
+           f"{report['seconds']:.0f} s; command: `{report['command']}`", "",
+           "| check | status | blocks | summary |", "|---|---|---|---|"]
+    out += [f"| {c['name']} | {c['status']} | {'yes' if c['blocks'] else 'no'} | {c['summary']} |"
+            for c in report["checks"]]
+    for c in report["checks"]:
+        if c["details"]:
+            out += ["", f"## {c['name']}", ""] + [f"- {d}" for d in c["details"]]
+    return "\n".join(out) + "\n"
+
+
+def _checks(text: str) -> tuple:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in CHECKS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown check(s) {unknown}; known: {', '.join(CHECKS)}")
+    return names
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.gate", description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("candidate", help="omnivoice==X.Y.Z, a path to an omnivoice .whl, or a folder holding omnivoice/")
+    parser.add_argument("--against", default="current",
+                        help="the version to compare with: 'current' (this environment's omnivoice) or a candidate form")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for verdict.json, verdict.md, diffs and logs; None: out/gate/<candidate>")
+    parser.add_argument("--checks", type=_checks, default=",".join(CHECKS), help="comma-separated subset of the checks to run")
+    parser.add_argument("--rtf-rounds", type=int_at_least(0), default=0,
+                        help="interleaved RTF rounds on tiny (informational; each round loads both versions)")
+    parser.add_argument("--checkpoint", default=None, help="a real OmniVoice checkpoint folder, for the quality tier")
+    parser.add_argument("--fresh", action="store_true", help="rebuild the candidate's venv under .cache/gate/")
+    parser.add_argument("--parity-k", default=None, metavar="EXPR",
+                        help="run only the parity tests pytest -k EXPR selects (the verdict says so); "
+                             "default: the whole tier")
+    args = parser.parse_args(argv)
+    try:
+        spec = cand.parse_spec(args.candidate)
+        out = args.out or REPO_ROOT / "out" / "gate" / spec.name
+        command = "python -m harness.gate " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+        report = run_gate(args.candidate, args.against, out, args.checks, args.rtf_rounds, args.checkpoint,
+                          args.fresh, command, log=lambda msg: print(msg, flush=True), parity_select=args.parity_k)
+    except cand.CandidateError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(render_table(report))
+    print(f"\nwritten: {out / 'verdict.md'}, {out / 'verdict.json'} ({report['seconds']:.0f} s)")
+    return 0 if report["ship"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,285 @@
+"""Generation harness: generate_set -> transcribe_set -> score, with on-disk caches shared by xdist workers.
+
+Caches live under env FASTPATH_CACHE or <repo>/.cache/: audio/ keyed by (checkpoint identity, omnivoice
+version, config, seed, text, voice prompt), transcripts/ keyed by (audio sha256, judge identity). Every write
+goes to a temp file in the same folder and is moved into place with os.replace, so concurrent workers only
+ever see whole files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import soundfile as sf
+
+from . import corpus, wer
+from .stats import DEFAULT_MARGIN, Verdict, gate
+
+CACHE_ENV = "FASTPATH_CACHE"
+from harness import REPO_ROOT
+
+
+def cache_dir(kind: str) -> Path:
+    """<FASTPATH_CACHE or repo/.cache>/<kind>/, created on first use."""
+    root = Path(os.environ.get(CACHE_ENV) or REPO_ROOT / ".cache")
+    path = root / kind
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
+    """write(tmp_path) then os.replace(tmp_path, path): readers never see a half-written file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _sha256(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p)
+    return h.hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class Clip:
+    """One utterance of a set. wav: [T] float32 mono at sr; group: resampling block (the sentence id)."""
+
+    id: str
+    text: str
+    wav: np.ndarray
+    sr: int
+    group: str
+    seed: int | None = None
+
+    @property
+    def sha256(self) -> str:
+        return _sha256(np.ascontiguousarray(self.wav, dtype=np.float32).tobytes(), str(self.sr).encode())
+
+
+def sentence_seed(sentence_id: str, base_seed: int) -> int:
+    """Seed derived from the sentence id, so every config generates sentence k from the same noise."""
+    return int(_sha256(f"{sentence_id}:{base_seed}".encode())[:8], 16) % 2**31
+
+
+def checkpoint_identity(path: str | os.PathLike) -> str:
+    """Folder name + sha256 of config files + size and mtime of weight files (hashing GBs of weights is slow)."""
+    path = Path(path)
+    if not path.is_dir():
+        return str(path)
+    parts = [path.name]
+    for f in sorted(path.rglob("*")):
+        if f.suffix == ".json":
+            parts.append(f"{f.relative_to(path)}:{_sha256(f.read_bytes())[:12]}")
+        elif f.suffix in (".safetensors", ".bin", ".pt", ".pth"):
+            st = f.stat()
+            parts.append(f"{f.relative_to(path)}:{st.st_size}:{int(st.st_mtime)}")
+    return ";".join(parts)
+
+
+def _voice_prompt_identity(prompt) -> str | None:
+    if prompt is None:
+        return None
+    tokens = prompt.ref_audio_tokens.detach().cpu().numpy()
+    return _sha256(tokens.tobytes(), prompt.ref_text.encode(), repr(float(prompt.ref_rms)).encode())[:16]
+
+
+def generate_set(
+    model,
+    sentences: Sequence[corpus.Item],
+    config: dict,
+    seeds: Sequence[int] = (0,),
+    *,
+    voice_prompt=None,
+    checkpoint_id: str | None = None,
+) -> list[Clip]:
+    """Generate every sentence once per base seed with `model.generate(text=..., language="en", **config)`.
+
+    config: generate kwargs (num_step, guidance_scale, ...); the key "tag" is not passed on, it only names
+    what the kwargs cannot show (e.g. a patch stack applied to the model) so its audio is cached apart.
+    """
+    import omnivoice
+    import torch
+
+    if checkpoint_id is None:
+        checkpoint_id = checkpoint_identity(getattr(model.config, "_name_or_path", "") or type(model).__name__)
+    kwargs = {k: v for k, v in config.items() if k != "tag"}
+    fixed = {
+        "checkpoint": checkpoint_id,
+        "omnivoice": getattr(omnivoice, "__version__", "unknown"),
+        "config": config,
+        "voice_prompt": _voice_prompt_identity(voice_prompt),
+    }
+    clips = []
+    for base in seeds:
+        for item in sentences:
+            seed = sentence_seed(item.id, base)
+            key = json.dumps({**fixed, "seed": seed, "text": item.text}, sort_keys=True, default=str)
+            path = cache_dir("audio") / (_sha256(key.encode())[:32] + ".wav")
+            if path.exists():
+                wav, sr = sf.read(path, dtype="float32")
+            else:
+                torch.manual_seed(seed)  # right before generate: the same seed gives the same sample
+                wav = np.asarray(
+                    model.generate(text=item.text, language="en", voice_clone_prompt=voice_prompt, **kwargs)[0],
+                    dtype=np.float32,
+                ).reshape(-1)
+                sr = int(model.sampling_rate)
+                atomic_write(path, lambda tmp: sf.write(tmp, wav, sr, format="WAV", subtype="FLOAT"))
+            clip_id = item.id if len(seeds) == 1 else f"{item.id}#s{base}"
+            clips.append(Clip(clip_id, item.text, wav, sr, group=item.id, seed=seed))
+    return clips
+
+
+def transcribe_set(judge, clips: Sequence[Clip]) -> list[str]:
+    """Transcribe every clip with `judge`, caching each transcript by (audio sha256, judge identity)."""
+    judge_key = _sha256(judge.identity.encode())[:16]
+    out = []
+    for clip in clips:
+        path = cache_dir("transcripts") / f"{clip.sha256[:32]}-{judge_key}.json"
+        if path.exists():
+            out.append(json.loads(path.read_text())["text"])
+            continue
+        text = judge.transcribe(clip.wav, clip.sr)
+        record = json.dumps({"text": text, "audio_sha256": clip.sha256, "judge": judge.identity})
+        atomic_write(path, lambda tmp: tmp.write_text(record))
+        out.append(text)
+    return out
+
+
+def score_clips(judge, clips: Sequence[Clip]) -> tuple[wer.ScoredSet, list[str]]:
+    """transcribe_set then wer.score_set; returns the scores and the transcripts."""
+    hyps = transcribe_set(judge, clips)
+    scored = wer.score_set([c.id for c in clips], [c.text for c in clips], hyps, judge.identity,
+                           groups=[c.group for c in clips])
+    return scored, hyps
+
+
+def write_listening_pack(
+    out_dir: str | os.PathLike,
+    ref: Sequence[Clip],
+    cand: Sequence[Clip],
+    ref_hyps: Sequence[str],
+    cand_hyps: Sequence[str],
+    ref_scored: wer.ScoredSet,
+    cand_scored: wer.ScoredSet,
+    worst: int = 10,
+    verdict: Verdict | None = None,
+) -> Path:
+    """WAV pairs of the `worst` sentences by error increase (cand - ref), with an index.md to listen from."""
+    out = Path(out_dir)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    increase = cand_scored.errors - ref_scored.errors  # [N]
+    order = [i for i in np.argsort(-increase, kind="stable")[:worst]]
+    lines = ["# Listening pack: worst sentences by error increase", ""]
+    if verdict is not None:
+        lines += ["```", verdict.format(), "```", ""]
+    lines += ["| # | id | errors ref -> cand | text | ref transcript | cand transcript | audio |",
+              "|---|---|---|---|---|---|---|"]
+    for rank, i in enumerate(order, 1):
+        r, c = ref[i], cand[i]
+        stem = f"{rank:02d}_{r.id.replace('#', '_')}"
+        sf.write(out / f"{stem}_ref.wav", r.wav, r.sr)
+        sf.write(out / f"{stem}_cand.wav", c.wav, c.sr)
+        lines.append(
+            f"| {rank} | {r.id} | {ref_scored.errors[i]} -> {cand_scored.errors[i]} (of {ref_scored.words[i]}) "
+            f"| {r.text} | {ref_hyps[i]} | {cand_hyps[i]} | [ref]({stem}_ref.wav) [cand]({stem}_cand.wav) |"
+        )
+    index = out / "index.md"
+    index.write_text("\n".join(lines) + "\n")
+    return index
+
+
+def check_audio(
+    wav: np.ndarray,
+    sr: int,
+    text: str,
+    words_per_second: float = 2.7,
+    duration_factor: float = 2.5,
+    rms_floor: float = 1e-3,
+    clip_level: float = 0.999,
+    max_clip_fraction: float = 1e-3,
+) -> list[str]:
+    """Problems with one clip ([] if none): non-finite samples, silence, clipping, implausible duration.
+
+    The expected duration is n_words / words_per_second; anything outside [1/factor, factor] times that is
+    flagged (a truncated or run-on generation).
+    """
+    wav = np.asarray(wav)
+    problems = []
+    if wav.ndim != 1 or wav.size == 0:
+        return [f"expected non-empty mono [T] audio, got shape {wav.shape}"]
+    n_bad = int(np.count_nonzero(~np.isfinite(wav)))
+    if n_bad:
+        return [f"{n_bad} non-finite samples (NaN/inf)"]
+    rms = float(np.sqrt(np.mean(wav.astype(np.float64) ** 2)))
+    if rms < rms_floor:
+        problems.append(f"silent: RMS {rms:.2e} < {rms_floor:.0e}")
+    clipped = float(np.mean(np.abs(wav) >= clip_level))
+    if clipped > max_clip_fraction:
+        problems.append(f"clipping: {100 * clipped:.2f}% of samples at |x| >= {clip_level}")
+    duration = wav.size / sr
+    expected = len(text.split()) / words_per_second
+    if not expected / duration_factor <= duration <= expected * duration_factor:
+        problems.append(f"duration {duration:.2f} s outside [{expected / duration_factor:.2f}, "
+                        f"{expected * duration_factor:.2f}] s expected for {len(text.split())} words")
+    return problems
+
+
+@dataclasses.dataclass
+class Comparison:
+    verdict: Verdict
+    ref: wer.ScoredSet
+    cand: wer.ScoredSet
+    pack: Path | None
+
+
+def compare_sets(
+    judge,
+    ref: Sequence[Clip],
+    cand: Sequence[Clip],
+    margin: float = DEFAULT_MARGIN,
+    label: str = "",
+    pack_dir: str | os.PathLike | None = None,
+) -> Comparison:
+    """Transcribe and score both sets, run the gate, and write a listening pack when it does not pass."""
+    ref_scored, ref_hyps = score_clips(judge, ref)
+    cand_scored, cand_hyps = score_clips(judge, cand)
+    verdict = gate(ref_scored, cand_scored, margin=margin, label=label)
+    pack = None
+    if not verdict.passed and pack_dir is not None:
+        pack = write_listening_pack(pack_dir, ref, cand, ref_hyps, cand_hyps, ref_scored, cand_scored,
+                                    verdict=verdict)
+    return Comparison(verdict, ref_scored, cand_scored, pack)
+
+
+def gate_on_holdout(
+    judge,
+    ref_model,
+    ref_config: dict,
+    cand_model,
+    cand_config: dict,
+    seeds: Sequence[int] = (0,),
+    margin: float = DEFAULT_MARGIN,
+    label: str = "",
+    pack_dir: str | os.PathLike | None = None,
+    voice_prompt=None,
+) -> Comparison:
+    """The final gate: the only code path that reads the holdout sentences. Tune on "dev", decide here."""
+    sentences = corpus.read_holdout_for_gate()
+    ref = generate_set(ref_model, sentences, ref_config, seeds, voice_prompt=voice_prompt)
+    cand = generate_set(cand_model, sentences, cand_config, seeds, voice_prompt=voice_prompt)
+    return compare_sets(judge, ref, cand, margin=margin, label=label or "holdout", pack_dir=pack_dir)

@@ -1,0 +1,226 @@
+"""Interleaved A/B timing of stock vs fastpath on chosen operating points; prints a table, writes JSON.
+
+    python -m harness.speed.bench --size full --points clone6-medium-16 --rounds 3 --out out/bench.json
+
+Variants by name (`--variants`), each optionally at a dtype (`name@bf16`), for the GPU tier:
+
+    python -m harness.speed.bench --size full --device cuda --points clone6-medium-32 \\
+        --variants stock@fp32 stock@bf16 gpu@bf16 preset@bf16 --rounds 5 --out out/gpu.json \\
+        --save-baseline out/baseline.json
+
+    stock      no patch                        lossless   the CPU-exact stack (fastpath.LOSSLESS)
+    batch-invariant  lossless + batch_invariant    prefix-kv  lossless + prefix_kv_cache (lossy, refresh 2)
+    gpu        fastpath.defaults(device)       preset     gpu + fastpath.FULL_PRESET (12 steps)
+    stock-preset  no patch, 12 steps           gpu-compiled / gpu-reduce-overhead / gpu-max-autotune
+                                               gpu with cuda_graphs replaced by that compile mode
+
+Each distinct (dtype, patch set) gets its own model instance, patched once (captures and compiles are paid in
+the warm-up round, reported as first-call seconds, never in the samples).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import fastpath
+from harness.cli import int_at_least
+from harness.checkpoint import load_model, resolve_checkpoint
+from harness.machine import device_key, machine_info
+from harness.speed.measure import Variant, interleaved, interleaved_variants
+from harness.speed.points import point
+
+DTYPES = ("fp32", "bf16", "fp16")
+BASELINE_COMMAND = "python -m harness.speed.bench ... --save-baseline PATH"
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    name: str  # as given, e.g. "gpu@bf16"
+    patches: tuple
+    dtype: str
+    overrides: dict = field(default_factory=dict, hash=False, compare=False)
+
+
+def _replace_graphs(patches: list, mode_patch: str) -> tuple:
+    return tuple(mode_patch if p == "cuda_graphs" else p for p in patches) if "cuda_graphs" in patches \
+        else tuple(patches) + (mode_patch,)
+
+
+def variant_table(device: str) -> dict:
+    """Variant name -> (patches, generate overrides) on `device`."""
+    gpu = list(fastpath.defaults(device))
+    return {
+        "stock": ((), {}),
+        "stock-preset": ((), dict(fastpath.FULL_PRESET)),
+        "lossless": (tuple(fastpath.LOSSLESS), {}),
+        "batch-invariant": (tuple(fastpath.LOSSLESS) + ("batch_invariant",), {}),
+        "prefix-kv": (tuple(fastpath.LOSSLESS) + ("prefix_kv_cache",), {}),  # default refresh interval
+        "gpu": (tuple(gpu), {}),
+        "preset": (tuple(gpu), dict(fastpath.FULL_PRESET)),
+        "gpu-compiled": (_replace_graphs(gpu, "compiled_llm"), {}),
+        "gpu-reduce-overhead": (_replace_graphs(gpu, "compiled_llm_reduce_overhead"), {}),
+        "gpu-max-autotune": (_replace_graphs(gpu, "compiled_llm_max_autotune"), {}),
+    }
+
+
+def parse_variant(text: str, device: str, default_dtype: str) -> VariantSpec:
+    """'gpu' or 'gpu@bf16' -> VariantSpec; an unknown name or dtype raises ArgumentTypeError listing the known."""
+    name, _, dtype = text.partition("@")
+    dtype = dtype or default_dtype
+    table = variant_table(device)
+    if name not in table:
+        raise argparse.ArgumentTypeError(f"unknown variant {name!r}; known: {sorted(table)}")
+    if dtype not in DTYPES:
+        raise argparse.ArgumentTypeError(f"unknown dtype {dtype!r} in {text!r}; known: {list(DTYPES)}")
+    patches, overrides = table[name]
+    return VariantSpec(text if "@" in text else f"{name}@{dtype}", patches, dtype, overrides)
+
+
+def build_variants(ckpt, specs: list, device: str) -> dict:
+    """One model per distinct (dtype, patches kept applied); returns name -> measure.Variant."""
+    from fastpath.registry import PROCESS_GLOBAL
+
+    models: dict = {}
+    out = {}
+    for spec in specs:
+        kept = tuple(sorted(p for p in spec.patches if p not in PROCESS_GLOBAL))
+        key = (spec.dtype, kept)
+        if key not in models:
+            models[key] = load_model(ckpt, device=device, dtype=torch_dtype(spec.dtype))
+        out[spec.name] = Variant(models[key], spec.patches, dict(spec.overrides))
+    return out
+
+
+def point_kwargs(name: str, model, prompts: dict, steps: int | None = None):
+    """generate kwargs of a point (a list for an `each` point), with its step count replaced by `steps` if given."""
+    kwargs = point(name).generate_kwargs(model, prompts)
+    if steps is None:
+        return kwargs
+    return [dict(k, num_step=steps) for k in kwargs] if isinstance(kwargs, list) else dict(kwargs, num_step=steps)
+
+
+def run_bench(model, names, rounds: int, variants: dict, steps: int | None = None) -> dict:
+    prompts: dict = {}
+    return {name: interleaved(model, variants, point_kwargs(name, model, prompts, steps), rounds) for name in names}
+
+
+def run_variant_bench(variants: dict, names, rounds: int, steps: int | None = None) -> dict:
+    """Points x variants (name -> measure.Variant), interleaved; voice prompts encoded once with the first model."""
+    prompts: dict = {}
+    first = next(iter(variants.values())).model
+    return {name: interleaved_variants(variants, point_kwargs(name, first, prompts, steps), rounds) for name in names}
+
+
+def format_table(results: dict, variants: dict, machine: str) -> str:
+    base, *others = list(variants)
+    lines = ["| point | " + " | ".join(f"{v} RTF (median, IQR)" for v in variants) + " | "
+             + " | ".join(f"{base}/{o}" for o in others) + " |",
+             "|---" * (1 + len(variants) + len(others)) + "|"]
+    for name, samples in results.items():
+        cells = [f"{samples[v].median:.3f} ({samples[v].iqr:.3f})" for v in variants]
+        ratios = [f"{samples[base].median / samples[o].median:.2f}x" for o in others]
+        lines.append(f"| {name} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+    return "\n".join(lines) + f"\n\nMachine: {machine}"
+
+
+def format_first_calls(results: dict) -> str:
+    lines = ["| point | variant | first call s (warm-up: captures, compiles) | median s |", "|---|---|---|---|"]
+    for name, samples in results.items():
+        for v, s in samples.items():
+            median_s = sorted(s.seconds)[len(s.seconds) // 2]
+            lines.append(f"| {name} | {v} | {s.first_call_seconds:.3f} | {median_s:.4f} |")
+    return "\n".join(lines)
+
+
+def baseline_points(results: dict, specs: dict, checkpoint: str) -> dict:
+    """save_baseline points: '<point>/<variant>' -> RTF samples with the variant's settings as extra."""
+    points = {}
+    for name, samples in results.items():
+        for v, s in samples.items():
+            spec = specs[v]
+            points[f"{name}/{v}"] = {"metric": "rtf", "samples": s.rtf, "extra": {
+                "checkpoint": checkpoint, "dtype": spec.dtype, "patches": list(spec.patches),
+                "overrides": spec.overrides, "audio_seconds": s.audio_seconds,
+                "first_call_seconds": s.first_call_seconds}}
+    return points
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m harness.speed.bench", description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--size", choices=("tiny", "full"), default="tiny", help="built test checkpoint size")
+    parser.add_argument("--checkpoint", default=None, help="a real checkpoint folder instead of the built one")
+    parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1, mps")
+    parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="dtype of variants named without @dtype")
+    parser.add_argument("--points", nargs="+", default=["clone6-medium-32"], help="fixtures/speed_points.json names")
+    parser.add_argument("--rounds", type=int_at_least(1), default=5, help="timed rounds per variant, after one warm-up")
+    parser.add_argument("--num-step", type=int_at_least(1), default=None,
+                        help="unmasking steps for every point instead of its own (not with --save-baseline)")
+    parser.add_argument("--variants", nargs="+", default=None, metavar="NAME[@DTYPE]",
+                        help="variants to time; none: stock and the lossless stack on one model")
+    parser.add_argument("--out", type=Path, default=None, help="JSON with every sample and the machine")
+    parser.add_argument("--save-baseline", type=Path, default=None, metavar="PATH",
+                        help="also write the samples as a speed baseline (harness.speed.baselines)")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    argv_list = list(sys.argv[1:] if argv is None else argv)
+    command = " ".join(shlex.quote(a) for a in ["python", "-m", "harness.speed.bench", *argv_list])
+
+    if args.num_step is not None and args.save_baseline:
+        parser.error("--num-step changes the points, so their baseline would be wrong; drop one of the two")
+    ckpt = resolve_checkpoint(args.checkpoint, size=args.size)
+    if args.variants:
+        try:
+            specs = {s.name: s for s in (parse_variant(v, args.device, args.dtype) for v in args.variants)}
+        except argparse.ArgumentTypeError as err:
+            parser.error(str(err))
+        variants = build_variants(ckpt, list(specs.values()), args.device)
+        results = run_variant_bench(variants, args.points, args.rounds, args.num_step)
+    else:
+        specs = {"stock": VariantSpec("stock", (), args.dtype),
+                 "fastpath": VariantSpec("fastpath", fastpath.LOSSLESS, args.dtype)}
+        model = load_model(ckpt, device=args.device, dtype=torch_dtype(args.dtype))
+        results = run_bench(model, args.points, args.rounds, {n: s.patches for n, s in specs.items()}, args.num_step)
+    info = machine_info(args.device)
+    gpu = f"{info.get('gpu_name')}, " if info.get("gpu_name") else ""
+    machine = (f"{gpu}{info.get('cpu_model')}, {info.get('logical_cores')} cores, torch "
+               f"{info.get('versions', {}).get('torch')}, {platform.platform()}")
+    print(format_table(results, specs, machine))
+    print()
+    print(format_first_calls(results))
+    key = device_key(info)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({
+            "command": command, "checkpoint": ckpt.identity, "device_key": key, "machine": info,
+            "variants": {n: {"patches": list(s.patches), "dtype": s.dtype, "overrides": s.overrides}
+                         for n, s in specs.items()},
+            "results": {n: {v: vars(s) for v, s in r.items()} for n, r in results.items()},
+        }, indent=1, default=str))
+    if args.save_baseline:
+        from harness.speed.baselines import save_baseline
+
+        save_baseline(args.save_baseline, device_key=key, machine=info,
+                      points=baseline_points(results, specs, ckpt.identity), command=command)
+        print(f"baseline for {key} written to {args.save_baseline}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,269 @@
+"""Measuring `model.generate`: wall-clock RTF, interleaved A/B rounds, and noise-free work counters.
+
+RTF = generate wall time / seconds of audio produced, with the device synchronised before each clock read.
+The first call of each variant (warm-up: allocator, lazy init, compile or graph capture where a patch does it)
+is timed on its own and reported as first-call latency, never mixed into the RTF samples.
+
+Work counters do not use a clock: FLOPs per generate (torch.utils.flop_counter), LLM forward calls, positions
+processed by the LLM, rows fed to the audio heads. They are exact on any machine, so they can gate in CI.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+import fastpath
+from fastpath.gpu import synchronize
+from fastpath.instance import overridden
+
+
+def timed_generate(model, seed: int | None, **kwargs) -> tuple:
+    """(wall seconds, audio seconds) of one generate call, reseeded unless seed is None.
+
+    Audio seconds are the generated frames / frame rate (25/s): the speech the model produced, before
+    upstream's silence trimming and edge padding. A random-weight checkpoint speaks near-silence that the
+    trimming would delete, and on real weights the two differ by the trimmed pauses only.
+    """
+    frames = []
+
+    def counting_iterate(iterate):
+        def count(task, gen_config):
+            out = iterate(task, gen_config)
+            frames.extend(t.shape[-1] for t in out)
+            return out
+
+        return count
+
+    with overridden(model, "_generate_iterative", counting_iterate):
+        synchronize(model.device)
+        if seed is not None:
+            torch.manual_seed(seed)
+        start = time.perf_counter()
+        model.generate(**kwargs)
+        synchronize(model.device)
+        seconds = time.perf_counter() - start
+    return seconds, sum(frames) / model.audio_tokenizer.config.frame_rate
+
+
+def timed_calls(model, seed: int, calls: list) -> tuple:
+    """(wall seconds, audio seconds) of several generate calls in a row (reseeded once), e.g. a batch's texts
+    one call each."""
+    wall = audio = 0.0
+    torch.manual_seed(seed)
+    for kwargs in calls:
+        seconds, produced = timed_generate(model, None, **kwargs)
+        wall, audio = wall + seconds, audio + produced
+    return wall, audio
+
+
+@dataclass
+class Samples:
+    name: str
+    patches: tuple
+    rtf: list = field(default_factory=list)
+    seconds: list = field(default_factory=list)
+    audio_seconds: float = 0.0
+    first_call_seconds: float | None = None
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.rtf)
+
+    @property
+    def iqr(self) -> float:
+        q = statistics.quantiles(self.rtf, n=4) if len(self.rtf) > 1 else [self.rtf[0]] * 3
+        return q[2] - q[0]
+
+    def add(self, round_index: int, seconds: float, audio_seconds: float) -> None:
+        """Round 0 is the warm-up: first-call latency, kept out of the RTF samples."""
+        if round_index == 0:
+            self.first_call_seconds = seconds
+            return
+        self.seconds.append(seconds)
+        self.rtf.append(seconds / audio_seconds)
+        self.audio_seconds = audio_seconds
+
+
+def interleaved(model, variants: dict, kwargs: dict, rounds: int, seed: int = 0, overrides: dict | None = None) -> dict:
+    """Time each variant (name -> patch names) `rounds` times, alternating A B A B, after one warm-up each.
+
+    Interleaving spreads slow drifts of a shared machine (other load, clocks) over every variant alike, so
+    their ratio is fair even when absolute times are not. `overrides` (name -> generate keyword arguments)
+    changes a variant's settings, e.g. {"preset": {"num_step": 12}}. `kwargs` may be a list: one sample is
+    then those calls in a row (`timed_calls`).
+    """
+    overrides = overrides or {}
+    out = {name: Samples(name, tuple(p)) for name, p in variants.items()}
+    for r in range(rounds + 1):
+        for name, patches in variants.items():
+            with fastpath.patched(model, list(patches)):
+                out[name].add(r, *timed(model, seed, kwargs, overrides.get(name, {})))
+    return out
+
+
+def timed(model, seed, kwargs, overrides: dict) -> tuple:
+    if isinstance(kwargs, list):
+        return timed_calls(model, seed, [{**k, **overrides} for k in kwargs])
+    return timed_generate(model, seed, **{**kwargs, **overrides})
+
+
+@dataclass
+class Variant:
+    """One timed configuration: a model instance, the patches it runs with, and generate overrides."""
+
+    model: object
+    patches: tuple = ()
+    overrides: dict = field(default_factory=dict)
+
+
+def interleaved_variants(variants: dict, kwargs: dict, rounds: int, seed: int = 0) -> dict:
+    """`interleaved` for patches whose apply is costly to redo (graph captures, compiles): name -> Variant.
+
+    Each model instance is patched once for the whole run (variants sharing a model must share its patches)
+    and reverted at the end; process-global patches (`fastpath.registry.PROCESS_GLOBAL`, e.g. TF32 flags) are
+    applied around each of their variant's calls only, so they never leak into another variant's timing. The
+    first round is the warm-up (captures, compiles) and is reported as first-call latency.
+    """
+    from contextlib import ExitStack
+
+    from fastpath.registry import PROCESS_GLOBAL
+
+    kept: dict = {}
+    for name, v in variants.items():
+        own = tuple(p for p in v.patches if p not in PROCESS_GLOBAL)
+        model, first = kept.setdefault(id(v.model), (v.model, own))
+        if set(first) != set(own):
+            raise ValueError(f"variant {name!r} shares its model with another variant but patches it with {own}, "
+                             f"not {first}; give it its own model instance")
+    out = {name: Samples(name, tuple(v.patches)) for name, v in variants.items()}
+    with ExitStack() as stack:
+        for model, own in kept.values():
+            stack.enter_context(fastpath.patched(model, list(own)))
+        for r in range(rounds + 1):
+            for name, v in variants.items():
+                with fastpath.patched(v.model, [p for p in v.patches if p in PROCESS_GLOBAL]):
+                    out[name].add(r, *timed(v.model, seed, kwargs, v.overrides))
+    return out
+
+
+@dataclass
+class Work:
+    flops: int = 0
+    llm_calls: int = 0
+    llm_positions: int = 0  # sum over forward calls of batch x sequence positions the LLM ran on
+    head_rows: int = 0  # positions fed to the audio heads
+    embedded_positions: int = 0  # positions looked up in the audio embedding table (x 8 codebooks)
+    reference_encodes: int = 0  # runs of the audio tokenizer's encoder (reference prompts)
+    per_call_positions: list = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"flops": self.flops, "llm_calls": self.llm_calls, "llm_positions": self.llm_positions,
+                "head_rows": self.head_rows, "embedded_positions": self.embedded_positions,
+                "reference_encodes": self.reference_encodes}
+
+
+@contextmanager
+def counting(model):
+    """Count LLM forwards, positions and head rows with forward hooks (removed on exit)."""
+    work = Work()
+
+    def on_llm(module, args, kwargs, output):
+        embeds = kwargs.get("inputs_embeds")
+        shape = embeds.shape if embeds is not None else args[0].shape
+        work.llm_calls += 1
+        work.llm_positions += shape[0] * shape[1]
+        work.per_call_positions.append(shape[0] * shape[1])
+
+    def on_heads(module, args, output):
+        work.head_rows += args[0].numel() // args[0].shape[-1]
+
+    def on_embed(module, args, output):
+        ids = args[0]  # [B, C, S] shifted audio ids
+        work.embedded_positions += ids.numel() // ids.shape[1]
+
+    def on_encode(module, args, output):
+        work.reference_encodes += 1
+
+    hooks = [
+        model.llm.register_forward_hook(on_llm, with_kwargs=True),
+        model.audio_heads.register_forward_hook(on_heads),
+        model.audio_embeddings.register_forward_hook(on_embed),
+        model.audio_tokenizer.semantic_model.register_forward_hook(on_encode),  # runs in encode() only
+    ]
+    try:
+        yield work
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+def count_work(model, seed: int = 0, **kwargs) -> Work:
+    """Exact work of one generate: FLOPs of the unmasking loop (torch's flop counter; reference encoding and
+    waveform decoding are outside it) plus the hook counts over the whole call."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    flop_mode = FlopCounterMode(display=False)
+
+    def counted_iterate(iterate):
+        def count(task, gen_config):
+            with flop_mode:
+                return iterate(task, gen_config)
+
+        return count
+
+    with overridden(model, "_generate_iterative", counted_iterate), counting(model) as work:
+        torch.manual_seed(seed)
+        model.generate(**kwargs)
+    work.flops = int(flop_mode.get_total_flops())
+    return work
+
+
+def sequence_lengths(model, kwargs: dict, num_step: int = 32) -> tuple:
+    """(c_lens, t_lens) of one non-chunked generate, as upstream computes them: the lengths work counts follow."""
+    from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
+
+    call = {k: v for k, v in kwargs.items() if k not in ("num_step",)}
+    task = model._preprocess_all(**call)
+    cfg = OmniVoiceGenerationConfig(num_step=num_step)
+    if task.get_indices(cfg, model.audio_tokenizer.config.frame_rate)[1]:
+        raise ValueError("these generate arguments take the chunked path: one sequence length per chunk, not per item")
+    c_lens = [
+        model._prepare_inference_inputs(task.texts[i], task.target_lens[i], task.ref_texts[i], task.ref_audio_tokens[i],
+                                        task.langs[i], task.instructs[i], cfg.denoise)["input_ids"].size(2)
+        for i in range(task.batch_size)
+    ]
+    return c_lens, list(task.target_lens)
+
+
+def batch_vs_each(model, batch_point: str, patches, rounds: int) -> dict:
+    """A point's texts as one batch and one call each (`<point>` and `<point>-each`), alternating batch, each,
+    batch, each ... on one model with `patches`, after one warm-up each: {"batch": Samples, "each": Samples}.
+    The two make the same speech, so RTF(each) / RTF(batch) is the batch's throughput over batch 1."""
+    from harness.speed.points import point
+
+    prompts: dict = {}
+    calls = {"batch": point(batch_point).generate_kwargs(model, prompts),
+             "each": point(f"{batch_point}-each").generate_kwargs(model, prompts)}
+    samples = {name: Samples(name, tuple(patches)) for name in calls}
+    with fastpath.patched(model, list(patches)):
+        for r in range(rounds + 1):
+            for name, kwargs in calls.items():
+                samples[name].add(r, *timed(model, 0, kwargs, {}))
+    return samples
+
+
+def cuda_memory_over_calls(model, kwargs: dict, calls: int) -> tuple:
+    """Generate `calls` times: (MiB allocated after each call, peak MiB allocated during each call), on CUDA."""
+    allocated, peaks = [], []
+    for _ in range(calls):
+        torch.cuda.reset_peak_memory_stats()
+        model.generate(**kwargs)
+        synchronize(model.device)
+        allocated.append(torch.cuda.memory_allocated() / 2**20)
+        peaks.append(torch.cuda.max_memory_allocated() / 2**20)
+    return allocated, peaks

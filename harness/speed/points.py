@@ -1,0 +1,79 @@
+"""The speed tier's operating points (fixtures/speed_points.json) as `generate` keyword arguments."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import REPO_ROOT
+
+POINTS_FILE = REPO_ROOT / "fixtures" / "speed_points.json"
+REFERENCE = REPO_ROOT / "fixtures" / "reference"
+
+
+@dataclass(frozen=True)
+class Point:
+    text: str
+    voice: str
+    num_step: int
+    weight: float
+    each: bool = False  # a list of texts generated one call per text instead of as one batch
+
+    @property
+    def name(self) -> str:
+        return f"{self.voice}-{self.text}-{self.num_step}" + ("-each" if self.each else "")
+
+    def generate_kwargs(self, model, prompts: dict | None = None, postprocess: bool | None = None):
+        """Keyword arguments for model.generate; for an `each` point, a list of them (one call per text). Voice
+        prompts are encoded once (outside any timing).
+
+        postprocess (default: off for a built random-weight checkpoint, on for real weights) is upstream's
+        silence trimming: a random decoder speaks near-silence, which the trimming empties, and upstream then
+        fails on the empty array (np.max of nothing).
+        """
+        spec = load_spec()
+        kwargs = dict(text=spec["texts"][self.text], language="en", num_step=self.num_step)
+        if postprocess is None:
+            postprocess = not is_random_checkpoint(model)
+        if not postprocess:
+            kwargs["postprocess_output"] = False
+        ref = spec["voices"][self.voice].get("ref")
+        if ref:
+            prompts = {} if prompts is None else prompts
+            if ref not in prompts:
+                prompts[ref] = model.create_voice_clone_prompt(
+                    ref_audio=str(REFERENCE / f"{ref}.wav"), ref_text=(REFERENCE / f"{ref}.txt").read_text().strip())
+            kwargs["voice_clone_prompt"] = prompts[ref]
+        if self.each:
+            return [dict(kwargs, text=text) for text in kwargs["text"]]
+        return kwargs
+
+
+def is_random_checkpoint(model) -> bool:
+    """True for a checkpoint built by harness.checkpoint (it carries fastpath_recipe.json)."""
+    return (Path(model.config.name_or_path) / "fastpath_recipe.json").is_file()
+
+
+def load_spec() -> dict:
+    return json.loads(POINTS_FILE.read_text())
+
+
+def load_points() -> list:
+    return [Point(**p) for p in load_spec()["points"]]
+
+
+def point(name: str) -> Point:
+    for p in load_points():
+        if p.name == name:
+            return p
+    raise KeyError(f"no speed point {name!r}; known: {[p.name for p in load_points()]}")
+
+
+def headline(medians: dict) -> float:
+    """S = sum(weight * median RTF) over the points in `medians` (name -> median RTF), weights renormalised."""
+    pts = {p.name: p for p in load_points()}
+    total = sum(pts[n].weight for n in medians)
+    if total <= 0:
+        raise ValueError(f"the points {sorted(medians)} all have weight 0; S needs weighted points")
+    return sum(pts[n].weight * rtf for n, rtf in medians.items()) / total

@@ -1,0 +1,129 @@
+"""prefix_kv_cache per refresh interval r: time per unmasking step and token agreement with the exact run.
+
+    python -m harness.speed.prefix --size full --point clone6-medium-16 --refresh 1 2 4 8 --rounds 2
+
+Timing: the lossless stack alone ("exact") and the stack + prefix_kv_cache at each r, interleaved round by round
+after one warm-up each (`measure.interleaved`); seconds per step = generate wall time / num_step, so reference
+encoding (prompt reused) and decoding are in it, as a user sees them. Agreement: the share of the final audio
+tokens [C, T] equal to the exact run's, same seed (the random draws are identical, so every difference is the
+stale prefix), averaged over `--seeds`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+import fastpath
+from fastpath import loop
+from harness.cli import int_at_least
+from fastpath.instance import overridden
+from harness.speed.measure import timed_generate
+from harness.speed.points import point
+
+
+def final_tokens(model, seed: int, kwargs: dict) -> list:
+    out = []
+
+    def keep(iterate):
+        def run(task, gen_config):
+            tokens = iterate(task, gen_config)
+            out.extend(t.clone() for t in tokens)
+            return tokens
+
+        return run
+
+    with overridden(model, "_generate_iterative", keep):
+        torch.manual_seed(seed)
+        model.generate(**kwargs)
+    return out
+
+
+@contextmanager
+def configured(model, refresh: int | None):
+    """The lossless stack, plus prefix_kv_cache at refresh interval `refresh` unless it is None (exact)."""
+    extra = [] if refresh is None else ["prefix_kv_cache"]
+    with fastpath.patched(model, list(fastpath.LOSSLESS) + extra):
+        if refresh is not None:
+            loop.set_prefix_refresh(model, refresh)
+        yield model
+
+
+def agreement(model, kwargs: dict, refresh: int, seeds) -> float:
+    """Mean share of final tokens equal to the exact (lossless stack) run's, over seeds."""
+    shares = []
+    for seed in seeds:
+        with configured(model, None):
+            exact = final_tokens(model, seed, kwargs)
+        with configured(model, refresh):
+            cached = final_tokens(model, seed, kwargs)
+        equal = sum(int((a == b).sum()) for a, b in zip(exact, cached))
+        shares.append(equal / sum(a.numel() for a in exact))
+    return statistics.mean(shares)
+
+
+def measure(model, name: str, refreshes, rounds: int, seeds) -> dict:
+    kwargs = point(name).generate_kwargs(model)
+    steps = kwargs["num_step"]
+    variants = [("exact", None)] + [(f"r={n}", n) for n in refreshes]
+    samples = {label: [] for label, _ in variants}
+    for r in range(rounds + 1):  # interleaved: exact, r=1, r=2, ... in every round; round 0 is the warm-up
+        for label, refresh in variants:
+            with configured(model, refresh):
+                seconds, _ = timed_generate(model, 0, **kwargs)
+            if r:
+                samples[label].append(seconds / steps)
+    exact = statistics.median(samples["exact"])
+    out = {"point": name, "num_step": steps, "rounds": rounds, "seeds": list(seeds), "rows": []}
+    for label, refresh in variants:
+        per_step = statistics.median(samples[label])
+        row = {"variant": label, "seconds_per_step": per_step, "speedup": exact / per_step, "samples": samples[label]}
+        if refresh is not None:
+            row["agreement"] = agreement(model, kwargs, refresh, seeds)
+        out["rows"].append(row)
+    return out
+
+
+def format_table(result: dict, machine: str) -> str:
+    lines = [f"prefix_kv_cache at {result['point']} ({result['num_step']} steps), {machine}; median of "
+             f"{result['rounds']} interleaved rounds; agreement over seeds {result['seeds']}",
+             "", "| variant | s/step | speedup vs exact | token agreement |", "|---|---|---|---|"]
+    for row in result["rows"]:
+        agree = f"{100 * row['agreement']:.2f}%" if "agreement" in row else "100% (reference)"
+        lines.append(f"| {row['variant']} | {row['seconds_per_step']:.3f} | {row['speedup']:.2f}x | {agree} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    from harness.checkpoint import load_model, resolve_checkpoint
+    from harness.machine import machine_info
+
+    parser = argparse.ArgumentParser(prog="python -m harness.speed.prefix", description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="tiny", choices=("tiny", "full"))
+    parser.add_argument("--checkpoint", default=None, help="a checkpoint folder instead of the built one")
+    parser.add_argument("--point", default="clone6-medium-16")
+    parser.add_argument("--refresh", type=int_at_least(1), nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--rounds", type=int_at_least(1), default=2)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    model = load_model(resolve_checkpoint(args.checkpoint, size=args.size))
+    result = measure(model, args.point, args.refresh, args.rounds, args.seeds)
+    info = machine_info(str(model.device))
+    result["machine"] = info
+    result["command"] = "python -m harness.speed.prefix " + " ".join(argv if argv is not None else sys.argv[1:])
+    print(format_table(result, f"{info['cpu_model']}, {info['torch_threads']} threads, torch {torch.__version__}"))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""The upstream version-bump gate (harness.gate): its verdict rules on synthetic inputs, a candidate
+with a one-line change to the unmasking schedule refused by name and caught by the goldens, and (slow) the
+whole command end to end on that candidate.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import textwrap
+import types
+
+import pytest
+
+from fastpath import fingerprints
+from fastpath.instance import overridden
+from fastpath.registry import relied_on
+from harness import REPO_ROOT, gate, goldens
+from harness import candidate as cand
+from harness.machine import numerics_key
+
+FLOOR_FIXTURE = REPO_ROOT / "fixtures" / "upstream" / "floor_schedule.py"
+
+
+def floor_schedule():
+    spec = importlib.util.spec_from_file_location("floor_schedule", FLOOR_FIXTURE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def row(name, against, candidate, known=()):
+    return {"name": name, "against": against, "candidate": candidate, "known": list(known)}
+
+
+# --- verdict rules -------------------------------------------------------------------------------------------
+
+
+def test_fingerprints_identical_pass():
+    check = gate.rule_fingerprints([row("f", "a", "a", ["0.2.1"])], "0.2.2", "0.2.1")
+    assert (check.status, check.blocks) == ("pass", False)
+
+
+def test_fingerprint_change_that_was_recorded_does_not_block():
+    rows = [row("OmniVoice.forward", "a", "b", ["0.2.2"]), row("_gumbel_sample", "c", "c", ["0.2.1"])]
+    check = gate.rule_fingerprints(rows, "0.2.2", "0.2.1")
+    assert (check.status, check.blocks) == ("changed-as-expected", False)
+    assert "OmniVoice.forward" in check.summary and "_gumbel_sample" not in check.summary
+
+
+@pytest.mark.parametrize("new", ["b", None], ids=["changed", "removed"])
+def test_unreviewed_fingerprint_change_blocks_naming_the_function(new):
+    rows = [row("OmniVoice._generate_iterative", "a", new), row("_gumbel_sample", "c", "c", ["0.2.1"])]
+    check = gate.rule_fingerprints(rows, "0.3.0", "0.2.1", "/x/omnivoice.py")
+    assert (check.status, check.blocks) == ("changed", True)
+    assert "OmniVoice._generate_iterative" in check.summary and "_gumbel_sample" not in check.summary
+    assert any("--source /x/omnivoice.py --version 0.3.0 --record" in d for d in check.details), check.details
+
+
+def parity_result(passed=10, failed=(), errors=(), skipped=(), returncode=0):
+    return {"returncode": returncode, "passed": passed, "failed": list(failed), "errors": list(errors),
+            "skipped": list(skipped)}
+
+
+def test_parity_rules():
+    assert gate.rule_parity(parity_result()).status == "pass"
+    failing = gate.rule_parity(parity_result(failed=[("t", "not bit-exact")], returncode=1))
+    assert (failing.status, failing.blocks) == ("fail", True) and "t: not bit-exact" in failing.details
+    assert gate.rule_parity(parity_result(errors=[("t", "AttributeError")], returncode=1)).blocks
+    assert gate.rule_parity(parity_result(returncode=2)).blocks, "a crashed pytest run must block"
+    assert gate.rule_parity(parity_result(passed=0, returncode=0)).blocks, "no test ran: must block"
+    skipped = gate.rule_parity(parity_result(skipped=[("t", "needs VoiceClonePrompt.save")]))
+    assert skipped.status == "pass" and any("VoiceClonePrompt" in d for d in skipped.details)
+
+
+def test_golden_rules():
+    same = {"0.2.1": {"p": [], "q": []}}
+    assert gate.rule_goldens(same, "0.2.1", "0.2.2").status == "pass"
+    other = {"0.2.1": {"p": ["tokens: 3/80 differ"], "q": []}, "0.2.2": {"p": [], "q": []}}
+    assert gate.rule_goldens(other, "0.2.1", "0.2.2").status == "changed-as-expected"
+    moved = gate.rule_goldens({"0.2.1": {"p": ["tokens: 3/80 differ", "logits: sha256 differs"], "q": []}},
+                              "0.2.1", "0.3.0")
+    assert (moved.status, moved.blocks) == ("changed", False), "a stock behaviour change informs, never blocks"
+    assert moved.details == ["p: tokens: 3/80 differ; logits: sha256 differs"]
+    assert gate.rule_goldens({}, "0.2.1", "0.3.0").status == "skipped"
+
+
+def work(flops=100, positions=10):
+    counters = dict.fromkeys(gate.COUNTERS, 1)
+    return dict(counters, flops=flops, llm_positions=positions)
+
+
+def test_work_rules():
+    base = {"p": {"stock": work(200, 20), "fastpath": work(100, 10)}}
+    assert gate.rule_work(base, base, "new", "old").status == "pass"
+    more = {"p": {"stock": work(200, 20), "fastpath": work(101, 10)}}
+    check = gate.rule_work(more, base, "new", "old")
+    assert (check.status, check.blocks) == ("fail", True) and "p fastpath flops: 100 -> 101" in check.details[0]
+    stock_moved = {"p": {"stock": work(300, 30), "fastpath": work(100, 10)}}
+    assert (gate.rule_work(stock_moved, base, "new", "old").status, gate.rule_work(stock_moved, base, "n", "o").blocks) \
+        == ("changed", False)
+    assert gate.rule_work({}, base, "new", "old").blocks, "unmeasured points must block"
+
+
+def test_verdict_ships_only_without_blocking_checks():
+    ok = [gate.Check("a", "pass", False, ""), gate.Check("b", "changed", False, "")]
+    assert gate.verdict(ok)["ship"]
+    bad = gate.verdict(ok + [gate.Check("parity", "fail", True, "x")])
+    assert not bad["ship"] and bad["blocked_by"] == ["parity"]
+    with pytest.raises(ValueError, match="status"):
+        gate.Check("a", "ok", False, "")
+
+
+def test_parse_junit_counts_outcomes(tmp_path):
+    xml = tmp_path / "j.xml"
+    xml.write_text('<testsuites><testsuite><testcase classname="m" name="a"/>'
+                   '<testcase classname="m" name="b"><failure message="b is not bit-exact">tb</failure></testcase>'
+                   '<testcase classname="m" name="c"><skipped message="slow"/></testcase>'
+                   '<testcase classname="m" name="d"><error message="boom"/></testcase></testsuite></testsuites>')
+    result = gate.parse_junit(xml, 1)
+    assert result["passed"] == 1 and result["failed"] == [("m::b", "b is not bit-exact")]
+    assert result["skipped"] == [("m::c", "slow")] and result["errors"] == [("m::d", "boom")]
+    assert gate.parse_junit(tmp_path / "none.xml", 4)["errors"], "a missing report must count as an error"
+
+
+def test_bad_candidate_names_the_fix(tmp_path):
+    with pytest.raises(cand.CandidateError, match="omnivoice==X.Y.Z"):
+        cand.parse_spec(str(tmp_path / "nothing.whl"))
+    with pytest.raises(cand.CandidateError, match="holds no omnivoice package"):
+        cand.parse_spec(str(tmp_path))
+    assert gate.main([str(tmp_path)]) == 2
+
+
+def test_source_fingerprints_equal_the_installed_ones():
+    """Fingerprinting a source file without importing it gives what `fingerprint` gives for the imported module."""
+    names = relied_on()
+    from_source = fingerprints.fingerprints_in(cand.current_env().upstream_file.read_text(), names)
+    assert from_source == {n: fingerprints.fingerprint(n) for n in names}
+    assert fingerprints.fingerprints_in("def other():\n    pass\n", names) == dict.fromkeys(names)
+
+
+# --- the one-line schedule change ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def floor_source(tmp_path_factory):
+    """A copy of the installed omnivoice with math.ceil -> math.floor in the unmasking schedule."""
+    return floor_schedule().build(tmp_path_factory.mktemp("candidate") / "omnivoice-floor")
+
+
+def test_schedule_change_is_refused_naming_the_function(floor_source):
+    """Fingerprinted from the source folder, nothing installed."""
+    fixture = floor_schedule()
+    mutated = (floor_source / "omnivoice" / fixture.FILE).read_text()
+    installed = cand.current_env().upstream_file.read_text()
+    rows = gate.fingerprint_rows(mutated, installed)
+    assert [r["name"] for r in rows if r["candidate"] != r["against"]] == [fixture.FUNCTION]
+    check = gate.rule_fingerprints(rows, "0.2.1+floor", fingerprints.omnivoice_version())
+    assert check.blocks and fixture.FUNCTION in check.summary, check
+    diff = gate.function_diff(fixture.FUNCTION, mutated, installed)
+    changed = [ln for ln in diff.splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
+    assert changed == ["-" + " " * 24 + fixture.OLD, "+" + " " * 24 + fixture.NEW], diff
+
+
+@pytest.mark.cpu
+def test_schedule_change_moves_the_goldens(model, checkpoint, floor_source):
+    """Stock generation with the mutated `_generate_iterative` (compiled from the candidate's source, bound to this
+    instance only) no longer matches the installed version's goldens, while the unmutated one does."""
+    if checkpoint.kind != "tiny":
+        pytest.skip("goldens are recorded on the tiny test checkpoint")
+    known = goldens.load_goldens()
+    version = fingerprints.omnivoice_version()
+    assert version in known, f"no goldens for omnivoice {version}: python -m harness.goldens --record"
+    import omnivoice.models.omnivoice as upstream
+
+    fixture = floor_schedule()
+    source = fingerprints.definition_source((floor_source / "omnivoice" / fixture.FILE).read_text(), fixture.FUNCTION)
+    namespace = dict(vars(upstream))
+    exec(compile(textwrap.dedent(source), str(floor_source), "exec"), namespace)
+    mutated = namespace[fixture.FUNCTION.split(".")[-1]]
+    points = ["auto_voice", "batch_of_3"]
+    stock = goldens.match_versions(goldens.record_goldens(model, points), {version: known[version]})
+    assert not any(stock[version][p] for p in points), stock
+    with overridden(model, "_generate_iterative", lambda _: types.MethodType(mutated, model)):
+        moved = goldens.match_versions(goldens.record_goldens(model, points), {version: known[version]})
+    exact = numerics_key() in goldens.exact_keys(known[version])  # portable parts move on every machine
+    for p in points:
+        assert any(part.startswith("tokens") for part in moved[version][p]), moved
+        assert any(part.startswith("logits_moments: moved") for part in moved[version][p]), moved
+        assert exact == ("logits: sha256 differs (exact, recorded for this machine)" in moved[version][p]), moved
+    check = gate.rule_goldens({version: {p: moved[version][p] for p in points}}, version, "0.2.1+floor")
+    assert check.status == "changed" and "2/2 points differ" in check.summary
+
+
+@pytest.mark.slow
+def test_gate_command_refuses_the_schedule_change(floor_source, tmp_path):
+    """End to end in the candidate's own venv: fingerprints, goldens, and the parity tier's tests at the one-word
+    point (every patch alone and stacked). The whole tier took over 9 minutes on 2 shared cores; one point is
+    enough to show that the refusal was right: fastpath's loop keeps the ceil schedule."""
+    out = tmp_path / "gate"
+    cmd = [sys.executable, "-m", "harness.gate", str(floor_source), "--out", str(out),
+           "--checks", "fingerprints,goldens,parity", "--parity-k", "one_word"]
+    done = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads((out / "verdict.json").read_text())
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["install"]["status"] == "pass", checks["install"]
+    assert checks["fingerprints"]["status"] == "changed" and checks["fingerprints"]["blocks"]
+    assert "OmniVoice._generate_iterative" in checks["fingerprints"]["summary"]
+    assert (out / "fingerprints" / "OmniVoice._generate_iterative.diff").is_file()
+    assert checks["goldens"]["status"] == "changed", checks["goldens"]
+    assert checks["parity"]["status"] == "fail", "fastpath's own schedule copy must disagree with the mutated stock"
+    assert "MUST NOT SHIP" in done.stdout and (out / "verdict.md").is_file()

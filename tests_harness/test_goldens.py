@@ -1,0 +1,118 @@
+"""Stock OmniVoice on the tiny checkpoint against the goldens of the known omnivoice versions (fixtures/goldens/).
+
+The goldens say what stock computes at each parity point, 8 steps, seed 0: portable parts compared on every
+machine (scoring calls, final tokens and waveform lengths exactly; per-step logits moments and waveform block RMS
+within a tolerance measured across instruction sets) and, per machine (numerics key), exact sha256 of the logits
+and waveform bytes. A failure means stock behaviour on the installed omnivoice is none of the known ones: the
+message says what was compared and lists, per known version and point, which parts differ. Record the installed
+version's goldens with `python -m harness.goldens --record` once the change is understood.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from fastpath import fingerprints
+from harness import goldens
+from harness.machine import numerics_key
+
+
+@pytest.fixture(scope="module")
+def observed(model, checkpoint):
+    if checkpoint.kind != "tiny":
+        pytest.skip(f"goldens are recorded on the tiny test checkpoint; this run uses the {checkpoint.kind} one")
+    return goldens.record_goldens(model)
+
+
+@pytest.fixture(scope="module")
+def known():
+    found = goldens.load_goldens()
+    assert found, f"no goldens in {goldens.GOLDENS_DIR}: run `python -m harness.goldens --record`"
+    return found
+
+
+@pytest.mark.cpu
+def test_stock_matches_the_goldens_of_a_known_version(observed, known, checkpoint):
+    """Portable parts everywhere, plus the exact hashes where this machine's are recorded (the report says which)."""
+    differences = goldens.match_versions(observed, known)
+    same = goldens.matching(differences)
+    report = goldens.describe(differences, known, goldens.environment(), goldens.checkpoint_identity(checkpoint.path),
+                              key=numerics_key())
+    print(report)
+    assert same, report
+
+
+@pytest.mark.cpu
+def test_stock_bits_match_the_goldens_recorded_for_this_machine(observed, known):
+    """The exact logits and waveform hashes of the installed version, on a machine whose numerics key has them."""
+    version, key = fingerprints.omnivoice_version(), numerics_key()
+    if version not in known:
+        pytest.skip(f"no goldens for the installed omnivoice {version}: python -m harness.goldens --record")
+    recorded = goldens.exact_keys(known[version])
+    if key not in recorded:
+        pytest.skip(f"no exact hashes recorded for this machine ({key}; recorded: {', '.join(recorded)}): bits of CPU "
+                    f"fp32 logits differ between processors and instruction sets, so only the portable parts were "
+                    f"compared. Record them with `python -m harness.goldens --record`")
+    moved = {p: [d for d in goldens.compare_point(observed[p], known[version]["points"][p], key) if "sha256" in d]
+             for p in observed}
+    assert not any(moved.values()), {p: d for p, d in moved.items() if d}
+
+
+def test_goldens_of_every_version_were_made_with_the_same_weights(known, checkpoint):
+    """The tiny checkpoint's cache key includes the omnivoice version, but its weights must not depend on it."""
+    digests = {version: goldens.weight_digests(data) for version, data in known.items()}
+    assert len({tuple(sorted(d.items())) for d in digests.values()}) == 1, digests
+    if checkpoint.kind == "tiny":
+        here = goldens.checkpoint_identity(checkpoint.path)
+        assert here == next(iter(digests.values())), f"this tiny checkpoint {here} vs the goldens' {digests}"
+
+
+def test_goldens_cover_every_parity_point(known):
+    from harness.parity import POINTS
+
+    for version, data in known.items():
+        assert set(data["points"]) == set(POINTS), f"{version}: {sorted(set(POINTS) ^ set(data['points']))}"
+        assert data["settings"]["num_step"] == goldens.NUM_STEP and data["settings"]["seed"] == goldens.SEED
+
+
+def test_comparison_names_each_part_that_moved(known):
+    version, data = sorted(known.items())[-1]
+    key = goldens.exact_keys(data)[0]
+    other = copy.deepcopy(data["points"])
+    point = sorted(other)[0]
+    other[point]["tokens"][0][0][0] += 1
+    other[point]["exact"][key]["logits"] = "0" * 64
+    mean, std = other[point]["logits_moments"][3]
+    other[point]["logits_moments"][3][0] = mean + 2 * goldens.TOLERANCES["logits_moments"] * std
+    differences = goldens.match_versions(other, {version: data})
+    assert goldens.matching(differences) == []
+    parts = goldens.compare_point(other[point], data["points"][point], key)
+    assert any(p.startswith("tokens: 1/") for p in parts), parts
+    assert any(p.startswith("logits_moments: moved") and "tensor 3, mean" in p for p in parts), parts
+    assert "logits: sha256 differs (exact, recorded for this machine)" in parts, parts
+    assert not goldens.compare_point(other[point], data["points"][point], "a machine with nothing recorded")[2:], \
+        "hashes of another machine must not be compared"
+    assert not any(differences[version][p] for p in other if p != point)
+    assert f"{point}: tokens: 1/" in goldens.describe(differences, {version: data}, data["environment"])
+
+
+def test_portable_summaries_ignore_noise_under_their_tolerance(known):
+    """Moves the size measured between instruction sets (1.6e-8 of a std) pass; 10x the tolerance fails."""
+    golden = next(iter(known.values()))["points"]["auto_voice"]
+    for scale, moved in ((1.6e-8, False), (10 * goldens.TOLERANCES["logits_moments"], True)):
+        other = copy.deepcopy(golden)
+        other["logits_moments"] = [[m + scale * s, s * (1 + scale)] for m, s in golden["logits_moments"]]
+        other["waveform_rms"] = [[r + scale for r in w] for w in golden["waveform_rms"]]
+        parts = goldens.compare_point(other, golden, "none")
+        assert bool(parts) == moved and (not moved or len(parts) == 2), (scale, parts)
+
+
+def test_every_goldens_file_has_the_portable_parts_and_hashes_for_both_instruction_sets(known):
+    """Recorded on one Intel Xeon at AVX-512 and at AVX2 (emulated: README, "Machines differ")."""
+    for version, data in known.items():
+        for name, point in data["points"].items():
+            assert all(part in point for part in goldens.TOLERANCES), (version, name)
+        caps = {key.split("__")[1].split("+")[0] for key in goldens.exact_keys(data)}
+        assert {"avx512", "avx2"} <= caps, (version, goldens.exact_keys(data))

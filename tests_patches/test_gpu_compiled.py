@@ -1,0 +1,58 @@
+"""The torch.compile wrappers (fastpath/gpu/compiled.py) with a compiler double, on the CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fastpath.gpu import compiled
+from harness import tolerance
+from harness.devices import llm_inputs
+
+# --- the compile wrappers, with a compiler double --------------------------------------------------------------------
+
+
+def eager_compiler(calls):
+    def compile_(fn, mode, dynamic):
+        calls.append((mode, dynamic))
+        return fn
+
+    return compile_
+
+
+@pytest.mark.cpu
+def test_compiled_llm_pads_to_buckets_and_compiles_once(model):
+    calls = []
+    wrapper = compiled.compile_llm(model, mode="default", devices=("cpu",), compiler=eager_compiler(calls))
+    try:
+        assert compiled.compile_llm(model) is wrapper  # idempotent
+        with torch.inference_mode():
+            for L in (37, 50, 100):
+                kwargs = llm_inputs(model, L=L)
+                assert tolerance.relative_error(model.llm(**kwargs)[0], wrapper.inner(**kwargs)[0]) < 1e-5
+        s = compiled.stats(model)["llm"]
+        assert calls == [("default", True)] and s["shapes"] == 2 and len(s["first_call_seconds"]) == 2, s
+    finally:
+        compiled.uncompile_llm(model)
+    assert "forward" not in model.llm.__dict__ and compiled.LLM_ATTR not in model.__dict__
+
+
+@pytest.mark.cpu
+def test_compiled_vocoder_wraps_decode_on_the_instance(model):
+    calls = []
+    tokenizer = model.audio_tokenizer
+    wrapper = compiled.compile_vocoder(model, devices=("cpu",), compiler=eager_compiler(calls))
+    try:
+        codes = torch.randint(0, 1024, (1, 8, 20))
+        with torch.inference_mode():
+            out = tokenizer.decode(codes).audio_values
+            ref = wrapper.inner(codes).audio_values
+        assert torch.equal(out, ref) and calls == [("default", True)] and wrapper.stats()["shapes"] == 1
+    finally:
+        compiled.uncompile_vocoder(model)
+    assert "decode" not in tokenizer.__dict__
+
+
+def test_compile_mode_is_checked():
+    with pytest.raises(ValueError, match="reduce-overhead"):
+        compiled.check_mode("fast")

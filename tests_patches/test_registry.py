@@ -1,0 +1,170 @@
+"""Meta-tests over the patch registry, and the errors bad input gets.
+
+Every registered patch: documented, has a parity test, reverts to stock exactly, is idempotent, touches only
+the instance. Importing fastpath applies nothing and does not initialise CUDA. (That a one-ulp change to any
+lossless patch is caught: tests_parity/test_mutations.py.)
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import fastpath
+from fastpath import fingerprints
+from harness.checkpoint import (
+    CheckpointError,
+    check_checkpoint_folder,
+    resolve_checkpoint,
+)
+from harness.parity import compare_runs, record_generation
+from tests_parity.test_bitexact import PATCH_SETS, POINTS
+
+DEVICES = {"cpu", "cuda", "mps"}
+POINT = dict(POINTS["batch_of_3"], num_step=8)  # every path of the loop at a quarter of the default 32 steps
+
+
+def instance_state(model) -> dict:
+    """What a patch may touch: the instance dict, and the LLM's attention implementation."""
+    return {"keys": sorted(model.__dict__), "attn": model.llm.config._attn_implementation}
+
+
+def class_state() -> dict:
+    from omnivoice import OmniVoice
+
+    return {k: v for k, v in vars(OmniVoice).items()}
+
+
+@pytest.fixture(scope="module")
+def stock_run(model):
+    return record_generation(model, seed=0, **POINT)
+
+
+@pytest.mark.parametrize("name", list(fastpath.PATCHES))
+def test_patch_is_registered_completely(name):
+    patch = fastpath.PATCHES[name]
+    assert patch.summary.strip(), f"{name} has no summary"
+    assert set(patch.devices) <= DEVICES and patch.devices, f"{name} devices {patch.devices}"
+    assert patch.relies_on, f"{name} declares no upstream functions"
+    known = fingerprints.load_known()
+    missing = [n for n in patch.relies_on if n not in known]
+    assert not missing, f"{name} relies on {missing} without recorded fingerprints"
+    if patch.lossless:
+        assert (name,) in PATCH_SETS, f"lossless patch {name} has no bit-exact parity test"
+
+
+def test_lossless_and_lossy_are_kept_apart():
+    assert set(fastpath.LOSSLESS) == {n for n, p in fastpath.PATCHES.items() if p.lossless}
+    assert tuple(fastpath.LOSSLESS) in PATCH_SETS, "the whole lossless stack has no parity test"
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("name", list(fastpath.PATCHES))
+def test_revert_restores_stock_exactly(model, stock_run, name):
+    before_instance, before_class = instance_state(model), class_state()
+    fastpath.apply(model, name)
+    assert fastpath.applied(model) == [name]
+    assert class_state() == before_class, f"{name} changed the OmniVoice class"
+    assert instance_state(model) != before_instance, f"{name} applied but changed nothing on the instance"
+    fastpath.revert(model, name)
+    assert instance_state(model) == before_instance
+    assert not compare_runs(stock_run, record_generation(model, seed=0, **POINT))
+
+
+def bit_exact_on_cpu(name: str) -> bool:
+    """Lossless patches, and GPU patches (inert off CUDA); batch_invariant has its own parity tests
+    (tests_parity/test_batched.py)."""
+    patch = fastpath.PATCHES[name]
+    return patch.lossless or "cpu" not in patch.devices
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("name", list(fastpath.PATCHES))
+def test_apply_is_idempotent(model, stock_run, name):
+    fastpath.apply(model, name)
+    once = instance_state(model)
+    fastpath.apply(model, name)
+    try:
+        assert instance_state(model) == once and fastpath.applied(model) == [name]
+        if bit_exact_on_cpu(name):
+            assert not compare_runs(stock_run, record_generation(model, seed=0, **POINT))
+    finally:
+        fastpath.revert(model)
+    fastpath.revert(model)  # reverting twice is harmless too
+    assert fastpath.applied(model) == []
+
+
+def test_patched_context_reverts_only_what_it_applied(model):
+    fastpath.apply(model, "sliced_heads")
+    try:
+        with fastpath.patched(model, ["sliced_heads", "trimmed_cfg"]):
+            assert set(fastpath.applied(model)) == {"sliced_heads", "trimmed_cfg"}
+        assert fastpath.applied(model) == ["sliced_heads"]
+    finally:
+        fastpath.revert(model)
+
+
+def test_import_applies_nothing_and_leaves_cuda_alone():
+    code = (
+        "import sys, fastpath\n"
+        "assert 'torch' not in sys.modules, 'import fastpath imported torch'\n"
+        "import torch\n"
+        "from omnivoice import OmniVoice\n"
+        "assert not torch.cuda.is_initialized(), 'CUDA initialised'\n"
+        "assert not [k for k in vars(OmniVoice) if 'fastpath' in k], 'class patched at import'\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+# --- bad input -----------------------------------------------------------------------------------------
+
+
+def test_apply_to_something_else_names_the_fix():
+    with pytest.raises(fastpath.NotOmniVoiceError, match="OmniVoice.from_pretrained"):
+        fastpath.apply(torch.nn.Linear(2, 2))
+
+
+def test_unknown_patch_name_lists_the_registered_ones(model):
+    with pytest.raises(fastpath.UnknownPatchError, match="trimmed_cfg"):
+        fastpath.apply(model, "trimmed-cfg")
+    assert fastpath.applied(model) == []
+
+
+def test_missing_checkpoint_names_the_fix(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist.*--checkpoint PATH"):
+        resolve_checkpoint(str(tmp_path / "nowhere"))
+    (tmp_path / "config.json").write_text('{"model_type": "qwen3"}')
+    with pytest.raises(CheckpointError, match="not an OmniVoice checkpoint"):
+        check_checkpoint_folder(tmp_path)
+
+
+def test_changed_upstream_function_refuses_to_apply(model, monkeypatch):
+    """An upstream source that no known version had: refused, naming the function and versions; override works."""
+    monkeypatch.delenv(fingerprints.ENV_ALLOW, raising=False)  # the upstream gate runs this tier with it set
+    real = fingerprints.fingerprint
+    monkeypatch.setattr(fingerprints, "fingerprint",
+                        lambda name: "0" * 16 if name == "OmniVoice._generate_iterative" else real(name))
+    with pytest.raises(fingerprints.UpstreamMismatchError) as err:
+        fastpath.apply(model, "trimmed_cfg")
+    message = str(err.value)
+    assert "OmniVoice._generate_iterative" in message and fingerprints.omnivoice_version() in message
+    assert "0.2.1" in message and "allow_unverified=True" in message
+    assert fastpath.applied(model) == [], "a refused patch must leave the model untouched"
+    fastpath.apply(model, "trimmed_cfg", allow_unverified=True)
+    try:
+        assert any("_generate_iterative" in w for w in model._fastpath_warnings)
+    finally:
+        fastpath.revert(model)
+
+
+def test_fingerprint_ignores_formatting_but_not_behaviour():
+    a = "def f(x):\n    '''doc'''\n    return x + 1  # comment\n"
+    b = "def f(x):\n\n    return (x +\n            1)\n"
+    c = "def f(x):\n    return x + 2\n"
+    assert fingerprints.fingerprint_source(a) == fingerprints.fingerprint_source(b)
+    assert fingerprints.fingerprint_source(a) != fingerprints.fingerprint_source(c)
