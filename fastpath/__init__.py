@@ -13,7 +13,15 @@ Importing this package patches nothing and does not initialise CUDA.
 from fastpath.device_defaults import FULL_PRESET, defaults
 from fastpath.fingerprints import UpstreamMismatchError
 from fastpath.registry import (
-    LOSSLESS, PATCHES, ConflictingPatchesError, NotOmniVoiceError, Patch, UnknownPatchError, apply, applied, patched,
+    LOSSLESS,
+    PATCHES,
+    ConflictingPatchesError,
+    NotOmniVoiceError,
+    Patch,
+    UnknownPatchError,
+    applied,
+    apply,
+    patched,
     revert,
 )
 

@@ -15,7 +15,13 @@ from pathlib import Path
 
 def fingerprints_main(argv) -> int:
     """`python -m fastpath fingerprints`: the installed (or --source) fingerprints against the known ones."""
-    from fastpath.fingerprints import fingerprint, fingerprints_in, load_known, omnivoice_version, record
+    from fastpath.fingerprints import (
+        fingerprint,
+        fingerprints_in,
+        load_known,
+        omnivoice_version,
+        record,
+    )
     from fastpath.registry import relied_on
 
     parser = argparse.ArgumentParser(prog="python -m fastpath fingerprints",

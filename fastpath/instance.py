@@ -6,6 +6,7 @@ shadows the class attribute, or replaces a value the instance had of its own, an
 first remembered value, so one restore after any number of installs returns to the state before the first.
 What is remembered lives here, keyed weakly by the object, so nothing is left on the instance either.
 `overridden` does both around a block, nesting correctly (instrumentation: recording, counting, slowing).
+`install_wrapper` / `remove_wrapper` do it for a wrapper object kept on the model too (the GPU patches).
 """
 
 from __future__ import annotations
@@ -44,6 +45,27 @@ def restore(obj, name: str, only_if=_ABSENT) -> None:
         obj.__dict__[name] = previous
     if not saved:
         _saved.pop(obj, None)
+
+
+def install_wrapper(model, attr: str, module, name: str, make):
+    """Put `make()` in place of `module.<name>` on the instance and keep it as `model.<attr>`.
+    Once installed, the installed wrapper is returned again."""
+    if attr in model.__dict__:
+        return model.__dict__[attr]
+    wrapper = make()
+    install(module, name, wrapper)
+    install(model, attr, wrapper)
+    return wrapper
+
+
+def remove_wrapper(model, attr: str, name: str, module_of):
+    """Undo `install_wrapper`: forget `model.<attr>` and put back what `<module_of(wrapper)>.<name>` was, if the
+    wrapper is still in place. Returns the removed wrapper, or None when none was installed."""
+    wrapper = model.__dict__.get(attr)
+    if wrapper is not None:
+        restore(model, attr)
+        restore(module_of(wrapper), name, only_if=wrapper)
+    return wrapper
 
 
 @contextlib.contextmanager

@@ -7,10 +7,10 @@ Lossless (bit-exact on CPU fp32):
   the stock width, behind a mask: the CPU SDPA kernel blocks queries and keys by count, and its reductions
   round differently at other counts (max |diff| 1.5e-7 without the padding); attention is a small share of
   the FLOPs at these lengths. Rows shorter than `MIN_ROWS` are padded to it: CPU GEMMs switch to another
-  kernel for very few rows (seen here for M <= 11), which rounds differently. All of this needs a GEMM that
-  gives a row the same bits whatever the number of rows in the call; `gemm_rows_independent` measures that
-  for the model's own shapes, and where it fails (MKL's AVX2 kernels on Intel processors round the tail rows of
-  their 6-row blocks differently) trimmed_cfg runs stock's padded layout instead and says so.
+  kernel for very few rows (seen here for M <= 11), which rounds differently. This and sliced_heads need a GEMM
+  that gives a row the same bits whatever the number of rows in the call; `gemm_rows_independent` measures that
+  on the model's own shapes, and where it fails (MKL's AVX2 kernels on Intel processors round the tail rows of
+  their 6-row blocks differently) both run stock's layout instead and say so in `model._fastpath_warnings`.
 - `sliced_heads`: the audio heads (hidden -> 8 x 1025 logits) run only on the target positions the sampler
   reads, not on style, text and reference positions.
 - `static_prefix`: the input embedding of the static prefix (style, text, reference) is computed once per
@@ -46,10 +46,11 @@ REFRESH_ATTR = "_fastpath_prefix_refresh"  # instance attribute: prefix_kv_cache
 DEFAULT_REFRESH = 2  # the mildest staleness; agreement and speed per interval: README, baselines/prefix_kv_cache.json
 PADDING_ATTR = "_fastpath_max_padding"  # instance attribute: the padding trimmed rows may take to share a batch
 MIN_ROWS = 16  # no GEMM of fewer rows than this: small-M kernels round differently from stock's large batch
-INEXACT_TRIM = ("trimmed_cfg: stock's padded layout is used on this machine: its CPU GEMM gives a row other bits "
-                "when the call has another number of rows (fastpath.loop.gemm_rows_independent), so rows at their own "
-                "lengths would not be bit-exact. Starting Python with MKL_CBWR=AVX2,STRICT (or AUTO,STRICT) makes MKL's "
-                "rows independent.")
+ROW_COUNT_EXACT = ("trimmed_cfg", "sliced_heads")  # bit-exact only where a GEMM row ignores the call's row count
+INEXACT_ROWS = ("trimmed_cfg and sliced_heads run stock's layout on this machine (padded rows, heads on every "
+                "position): its CPU GEMM gives a row other bits when the call has another number of rows "
+                "(fastpath.loop.gemm_rows_independent), so fewer rows would not be bit-exact. Starting Python with "
+                "MKL_CBWR=AVX2,STRICT (or AUTO,STRICT) makes MKL's rows independent.")
 _PROBED: dict = {}  # (K, N, threads, dtype) -> bool: gemm_rows_independent's measurements in this process
 
 
@@ -60,7 +61,7 @@ def gemm_rows_independent(model) -> bool:
     patch claims bit-exactness. 16 to 39 rows at three offsets in an 88-row call: every residue of the kernels'
     row blocks (6 for MKL's AVX2 kernel, 8 / 16 / 24 for others)."""
     layer = model.llm.layers[0]
-    weights = [layer.self_attn.q_proj.weight, layer.mlp.down_proj.weight]
+    weights = [layer.self_attn.q_proj.weight, layer.mlp.down_proj.weight, model.audio_heads.weight]
     if weights[0].device.type != "cpu":
         return True
     for weight in weights:
@@ -84,8 +85,8 @@ def enable(model, feature: str) -> None:
             "batch_invariant promises items bit-exact with batch-1 calls, which needs a CPU GEMM whose rows do not "
             "depend on how many rows share the call; this machine's does (fastpath.loop.gemm_rows_independent). "
             "Start Python with MKL_CBWR=AVX2,STRICT (or AUTO,STRICT) to make MKL's rows independent.")
-    if feature == "trimmed_cfg" and not gemm_rows_independent(model):
-        note_inexact_trim(model)
+    if feature in ROW_COUNT_EXACT and not gemm_rows_independent(model):
+        note_inexact_rows(model)
     flags = model.__dict__.setdefault(FLAGS_ATTR, set())
     flags.add(feature)
     instance.install(model, "_generate_iterative", types.MethodType(generate_iterative, model))
@@ -105,11 +106,24 @@ def disable(model, feature: str) -> None:
         instance.restore(model, "_generate_iterative")
 
 
-def note_inexact_trim(model) -> None:
-    """Say, once, on the model (`model._fastpath_warnings`) that trimmed_cfg runs stock's layout here, and why."""
+def effective_flags(model, flags) -> set:
+    """The switches a generate runs with: `flags`, less trimmed_cfg and sliced_heads where this machine's GEMM rows
+    depend on the row count (they would not be bit-exact; noted on the model). trimmed_cfg stays when an opt-in
+    switch needs its layout (prefix_kv_cache is approximate anyway; batch_invariant refuses such a machine)."""
+    flags = set(flags)
+    if set(ROW_COUNT_EXACT) & flags and not gemm_rows_independent(model):
+        note_inexact_rows(model)
+        flags.discard("sliced_heads")
+        if not {"batch_invariant", "prefix_kv_cache"} & flags:
+            flags.discard("trimmed_cfg")
+    return flags
+
+
+def note_inexact_rows(model) -> None:
+    """Say, once, on the model (`model._fastpath_warnings`) that the row-count patches run stock's layout here."""
     warnings = model.__dict__.setdefault(WARNINGS_ATTR, [])
-    if INEXACT_TRIM not in warnings:
-        warnings.append(INEXACT_TRIM)
+    if INEXACT_ROWS not in warnings:
+        warnings.append(INEXACT_ROWS)
 
 
 class UnsupportedHereError(RuntimeError):
@@ -469,7 +483,7 @@ def unmask_batched(model, tokens, logits, ks, t_lens, offsets, gen_config, layer
 
 def generate_iterative(model, task, gen_config):
     """Drop-in for `OmniVoice._generate_iterative(task, gen_config)`; returns a list of [C, t_len] tokens."""
-    flags = model.__dict__.get(FLAGS_ATTR, set())
+    flags = effective_flags(model, model.__dict__.get(FLAGS_ATTR, set()))
     B, C, mask_id = task.batch_size, model.config.num_audio_codebook, model.config.audio_mask_id
     V, device = model.config.audio_vocab_size, model.device
     inputs_list = [
@@ -482,11 +496,7 @@ def generate_iterative(model, task, gen_config):
     c_lens = [inp["input_ids"].size(2) for inp in inputs_list]
     t_lens = list(task.target_lens)
     offsets = [sum(t_lens[:i]) for i in range(B)]
-    trim = set(TRIMMED_LAYOUT) & flags
-    if trim == {"trimmed_cfg"} and not gemm_rows_independent(model):  # lossless only where rows are independent
-        trim = set()
-        note_inexact_trim(model)
-    if trim:
+    if set(TRIMMED_LAYOUT) & flags:
         layout = trimmed_groups(model, inputs_list, c_lens, t_lens, max_padding=model.__dict__.get(PADDING_ATTR, 0.0),
                                 own_width="batch_invariant" in flags, by_start="prefix_kv_cache" in flags)
     else:

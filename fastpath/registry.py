@@ -234,10 +234,16 @@ def apply(model, names=None, *, allow_unverified: bool = False) -> list:
         if warnings:
             model.__dict__.setdefault(WARNINGS_ATTR, []).extend(warnings)
     applied = model.__dict__.setdefault(APPLIED_ATTR, [])
-    for name in names:
-        if name not in applied:
-            PATCHES[name].apply(model)
-            applied.append(name)
+    new = []
+    try:
+        for name in names:
+            if name not in applied:
+                PATCHES[name].apply(model)
+                applied.append(name)
+                new.append(name)
+    except Exception:  # a patch refused this machine or model: undo this call's patches, then say why
+        revert(model, new)
+        raise
     return list(applied)
 
 

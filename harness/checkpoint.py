@@ -17,7 +17,6 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 from harness import REPO_ROOT
@@ -77,13 +76,9 @@ def load_recipes() -> dict:
 
 
 def _versions() -> dict:
-    out = {}
-    for name in ("omnivoice", "transformers", "tokenizers", "torch"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+    from harness.machine import versions
+
+    return versions(("omnivoice", "transformers", "tokenizers", "torch"))
 
 
 def checkpoint_key(size: str) -> str:
@@ -137,7 +132,12 @@ def train_text_tokenizer(vocab_size: int):
 def _write_checkpoint(recipe: dict, out: Path) -> None:
     import torch
     from omnivoice.models.omnivoice import OmniVoice, OmniVoiceConfig
-    from transformers import DacFeatureExtractor, HiggsAudioV2TokenizerConfig, HiggsAudioV2TokenizerModel, Qwen3Config
+    from transformers import (
+        DacFeatureExtractor,
+        HiggsAudioV2TokenizerConfig,
+        HiggsAudioV2TokenizerModel,
+        Qwen3Config,
+    )
 
     text_tokenizer = train_text_tokenizer(recipe["text_tokenizer_vocab"])
     llm = Qwen3Config(**recipe["llm"])

@@ -27,7 +27,6 @@ import argparse
 import difflib
 import json
 import os
-import platform
 import shlex
 import statistics
 import subprocess
@@ -39,7 +38,7 @@ from pathlib import Path
 
 from fastpath import fingerprints
 from fastpath.registry import relied_on
-from harness import REPO_ROOT
+from harness import REPO_ROOT, machine
 from harness import candidate as cand
 from harness import goldens as gold
 from harness.cli import int_at_least
@@ -279,8 +278,8 @@ def probe_work(path: str) -> None:
     """In the environment under test: work counters of stock and the lossless stack at WORK_POINTS -> JSON."""
     import fastpath
     from harness.checkpoint import build_checkpoint, load_model
+    from harness.points import point
     from harness.speed.measure import count_work
-    from harness.speed.points import point
 
     model = load_model(build_checkpoint("tiny"))
     result = {}
@@ -297,8 +296,8 @@ def probe_rtf(path: str, samples: int = 3) -> None:
     """In the environment under test: median RTF of the lossless stack at WORK_POINTS[0], after one warm-up."""
     import fastpath
     from harness.checkpoint import build_checkpoint, load_model
+    from harness.points import point
     from harness.speed.measure import timed_generate
-    from harness.speed.points import point
 
     model = load_model(build_checkpoint("tiny"))
     kwargs = point(WORK_POINTS[0]).generate_kwargs(model)
@@ -350,10 +349,6 @@ class GateStepError(RuntimeError):
 # --- the command -------------------------------------------------------------------------------------------
 
 
-def machine() -> str:
-    return f"{gold.cpu_name()}, {os.cpu_count()} cores, {platform.system()} {platform.machine()}"
-
-
 def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, rtf_rounds: int = 0,
              checkpoint: str | None = None, fresh: bool = False, command: str = "", log=print,
              parity_select: str | None = None) -> dict:
@@ -397,12 +392,12 @@ def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, r
     report.update({
         "candidate": {"spec": candidate_text, "version": versions[0], "python": str(env.python)},
         "against": {"spec": against_text, "version": versions[1], "python": str(against.python)},
-        "environment": {**gold.environment(), "omnivoice": None, "machine": machine()},
+        "environment": {**gold.environment(), "omnivoice": None, "machine": machine.summary()},
         "command": command,
         "seconds": round(time.perf_counter() - start, 1),
     })
     (out / "verdict.json").write_text(json.dumps(report, indent=1))
-    (out / "verdict.md").write_text(render_markdown(report))
+    (out / "verdict.md").write_text(render_verdict(report))
     return report
 
 
@@ -420,7 +415,7 @@ def render_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def render_markdown(report: dict) -> str:
+def render_verdict(report: dict) -> str:
     env = report["environment"]
     out = [f"# Upstream gate: omnivoice {report['candidate']['version']} against {report['against']['version']}", "",
            f"**{'May ship' if report['ship'] else 'Must not ship'}**"

@@ -28,13 +28,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import platform
 import sys
 import time
-from importlib import metadata
 from pathlib import Path
 
-from harness import REPO_ROOT
+from harness import REPO_ROOT, machine
 
 GOLDENS_DIR = REPO_ROOT / "fixtures" / "goldens"
 NUM_STEP = 8
@@ -53,34 +51,15 @@ class GoldensError(RuntimeError):
 
 
 def environment() -> dict:
-    out = {}
-    for name in ("omnivoice", "torch", "transformers", "tokenizers", "numpy"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    from harness.machine import numerics_key
-
-    out["machine"] = f"{platform.machine()} {cpu_name()}"
-    out["numerics_key"] = numerics_key()
-    return out
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+    """Versions, the machine in one line, and the numerics key the exact hashes are filed under."""
+    return {**machine.versions(), "machine": machine.summary(), "numerics_key": machine.numerics_key()}
 
 
 def file_sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def checkpoint_identity(path: Path) -> dict:
+def checkpoint_digests(path: Path) -> dict:
     """Which weights the goldens were made with: digests of the two weight files."""
     return {"model_sha256": file_sha256(path / "model.safetensors"),
             "audio_tokenizer_sha256": file_sha256(path / "audio_tokenizer" / "model.safetensors")}
@@ -100,8 +79,6 @@ def summarise_run(run) -> dict:
     """One point's golden: its portable parts and, under this machine's numerics key, the exact hashes."""
     import numpy as np
     import torch
-
-    from harness.machine import numerics_key
 
     logits = hashlib.sha256()
     moments = []
@@ -124,7 +101,7 @@ def summarise_run(run) -> dict:
         "waveform_samples": [int(np.asarray(w).size) for w in run.waveforms],
         "logits_moments": moments,  # per logits tensor in call order: [mean, std]
         "waveform_rms": rms,  # per waveform: WAVE_BLOCKS block RMS values
-        "exact": {numerics_key(): {"logits": logits.hexdigest(), "waveform": wave.hexdigest()}},
+        "exact": {machine.numerics_key(): {"logits": logits.hexdigest(), "waveform": wave.hexdigest()}},
     }
 
 
@@ -295,7 +272,7 @@ def build_observed(points=None) -> dict:
                   "numerics key, sha256 of the per-step logits and of the waveform, float32 bytes.",
         "omnivoice": environment()["omnivoice"],
         "environment": environment(),
-        "checkpoint": {"size": "tiny", "key": checkpoint_key("tiny"), **checkpoint_identity(path)},
+        "checkpoint": {"size": "tiny", "key": checkpoint_key("tiny"), **checkpoint_digests(path)},
         "settings": {"num_step": NUM_STEP, "seed": SEED, "device": "cpu", "dtype": "float32", "threads": threads},
         "seconds": round(time.perf_counter() - start, 1),
         "points": points_out,

@@ -60,6 +60,19 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown-cpu"
 
 
+def versions(names=("omnivoice", "torch", "transformers", "tokenizers", "numpy")) -> dict:
+    """{distribution: installed version or None}: the software half of every record the harness writes."""
+    return {name: package_version(name) for name in names}
+
+
+def summary() -> str:
+    """One line for reports: processor, instruction set, cores and threads, system."""
+    import torch
+
+    return (f"{cpu_model()} ({isa_tag(cpu_isa())}), {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, "
+            f"{platform.system()} {platform.machine()}")
+
+
 def cpu_flags() -> list:
     """The instruction-set flags of the first CPU in /proc/cpuinfo (empty where there is none)."""
     try:

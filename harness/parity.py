@@ -15,36 +15,10 @@ import numpy as np
 import torch
 
 from fastpath.instance import overridden
-from harness import REPO_ROOT
+from harness.points import PARITY, reference
 
-REF = REPO_ROOT / "fixtures" / "reference"
-REF_6S = (str(REF / "ref_6s.wav"), (REF / "ref_6s.txt").read_text().strip())
-REF_3S = (str(REF / "ref_3s.wav"), (REF / "ref_3s.txt").read_text().strip())
-LONG_TEXT = (
-    "Long documents are split into chunks before synthesis. The first chunk sets the voice, and every later "
-    "chunk is generated with the first one as its reference, so the speaker stays the same from start to end. "
-    "This paragraph is long enough that the duration estimate passes the thirty second threshold, which sends "
-    "it through the chunked path instead of a single pass. It keeps going with plain sentences about rivers, "
-    "mountains, trains and libraries, so that the estimate stays well above the limit on every version."
-)
-
-# name -> generate() keyword arguments; "voice_clone_prompt" marks the saved-prompt path
-POINTS = {
-    "auto_voice": dict(text="The weather is lovely today, let us go for a walk.", language="en"),
-    "voice_design": dict(text="Good evening, and welcome to the news.", language="en",
-                         instruct="female, low pitch, british accent"),
-    "voice_clone_audio": dict(text="I am speaking with a borrowed voice.", language="en",
-                              ref_audio=REF_6S[0], ref_text=REF_6S[1]),
-    "voice_clone_prompt": dict(text="A saved prompt gives the same voice.", language="en",
-                               voice_clone_prompt="ref_3s"),
-    "batch_of_3": dict(text=["Hi there.", "This sentence is a little bit longer than the first one.",
-                             "Medium length words here."], language="en"),
-    "long_chunked": dict(text=LONG_TEXT, language="en"),
-    "one_word": dict(text="Hello.", language="en"),
-    "nonverbal_tag": dict(text="[laughter] That is really funny.", language="en"),
-    "chinese": dict(text="你好，欢迎使用这个语音合成系统。", language="zh"),
-    "digits": dict(text="Call 555 0199 before 10 30 on March 3rd.", language="en"),
-}
+REF_3S = reference("ref_3s")  # the saved-prompt point's reference
+POINTS = PARITY  # name -> generate() kwargs (fixtures/points.json, "parity"); "voice_clone_prompt" marks the saved-prompt path
 
 
 class PointUnsupported(RuntimeError):

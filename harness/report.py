@@ -9,17 +9,16 @@ Writes `out/report.md` and `out/report.json`; exits 1 when a lossless patch is n
 from __future__ import annotations
 
 import json
-import platform
 import time
-from importlib import metadata
 from pathlib import Path
 
 import fastpath
 from fastpath import fingerprints
+from harness import machine
 from harness.checkpoint import load_model, resolve_checkpoint
 from harness.parity import POINTS, compare_runs, record_generation, resolve_point
+from harness.points import point
 from harness.speed.measure import count_work, interleaved
-from harness.speed.points import point
 
 REPORT_POINTS = ("auto_voice", "voice_clone_audio", "batch_of_3", "long_chunked")
 WORK_POINT = "clone6-medium-32"
@@ -37,7 +36,7 @@ def check_patches() -> list:
     return rows
 
 
-def check_parity(model, tmp_dir: Path) -> list:
+def parity_rows(model, tmp_dir: Path) -> list:
     rows = []
     sets = [(n,) for n in fastpath.LOSSLESS] + [tuple(fastpath.LOSSLESS)]
     for point_name in REPORT_POINTS:
@@ -68,7 +67,7 @@ def measure_ratio(model, rounds: int) -> dict:
             "ratio": samples["stock"].median / samples["fastpath"].median}
 
 
-def render_markdown(report: dict) -> str:
+def render_report(report: dict) -> str:
     env = report["environment"]
     out = [f"# fastpath report: {report['checkpoint']}",
            "", f"Machine: {env['machine']}; torch {env['torch']}, transformers {env['transformers']}, "
@@ -102,16 +101,14 @@ def run_report(checkpoint: str | None, size: str, out_dir: Path, rounds: int, co
     report = {
         "command": command,
         "checkpoint": f"{ckpt.identity} ({ckpt.kind})",
-        "environment": {"machine": f"{platform.processor() or platform.machine()}, {__import__('os').cpu_count()} cores, "
-                                   f"{platform.platform()}",
-                        **{p: metadata.version(p) for p in ("torch", "transformers", "omnivoice")}},
+        "environment": {"machine": machine.summary(), **machine.versions(("torch", "transformers", "omnivoice"))},
         "patches": check_patches(),
-        "parity": check_parity(model, out_dir),
+        "parity": parity_rows(model, out_dir),
         "work": measure_work(model),
         "timing": measure_ratio(model, rounds),
     }
     report["ok"] = all(r["upstream"] == "applies" for r in report["patches"]) and all(r["bit_exact"] for r in report["parity"])
     report["seconds"] = time.perf_counter() - started
     (out_dir / "report.json").write_text(json.dumps(report, indent=1))
-    (out_dir / "report.md").write_text(render_markdown(report))
+    (out_dir / "report.md").write_text(render_report(report))
     return report

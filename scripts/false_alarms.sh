@@ -5,8 +5,9 @@
 #   bash scripts/false_alarms.sh N [--busy K] [--avx2 K] [--ref REV] [--reuse-venv]
 #
 #   --busy K      the last K runs with one core kept busy by another process (a shell busy loop)
-#   --avx2 K      the first K runs with the AVX2-only settings (README, "Machines differ"):
-#                 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 CT2_FORCE_CPU_ISA=AVX2
+#   --avx2 K      the first K runs with the AVX2 settings (README, "Machines differ"): ATEN_CPU_CAPABILITY=avx2
+#                 ONEDNN_MAX_CPU_ISA=AVX2 CT2_FORCE_CPU_ISA=AVX2, and MKL_ENABLE_INSTRUCTIONS=AVX2 too with
+#                 FASTPATH_FA_MKL_AVX2=1 (on an Intel processor that cap makes results history-dependent: README)
 #   --ref REV     clone this commit instead of HEAD (work can go on in the checkout meanwhile)
 #   --reuse-venv  link this checkout's .venv into each clone instead of making a new one; scripts/install.sh still
 #                 runs there (pip finds everything installed, then installs the clone's package). Caches (.cache/,
@@ -44,8 +45,9 @@ for i in $(seq 1 "$n"); do
   [ $reuse = 1 ] && ln -s "$repo/.venv" "$clone/.venv"
   settings="plain"; envs=()
   if [ "$i" -le "$avx2" ]; then
-    settings="AVX2-only (emulated)"
-    envs=(ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 CT2_FORCE_CPU_ISA=AVX2)
+    settings="AVX2 (emulated: torch, oneDNN, CTranslate2 capped)"
+    envs=(ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 CT2_FORCE_CPU_ISA=AVX2)
+    if [ "${FASTPATH_FA_MKL_AVX2:-0}" = 1 ]; then settings="$settings + MKL capped"; envs+=(MKL_ENABLE_INSTRUCTIONS=AVX2); fi
   fi
   hog=""
   if [ "$i" -gt $((n - busy)) ]; then

@@ -2,7 +2,7 @@
 # Installs everything the suite needs on a fresh machine: Debian packages (espeak-ng renders the known-answer
 # speech; sox regenerates the reference clips), a virtual environment in .venv, torch/torchaudio pinned by
 # constraints-cpu.txt (override with FASTPATH_CONSTRAINTS=/path or FASTPATH_CONSTRAINTS= for none), and this
-# package with its test and quality extras. Safe to run again; it skips what is already there.
+# package (editable) with the harness's dependency group (pyproject.toml [dependency-groups]). Safe to run again; it skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -38,7 +38,7 @@ def test_stock_matches_the_goldens_of_a_known_version(observed, known, checkpoin
     """Portable parts everywhere, plus the exact hashes where this machine's are recorded (the report says which)."""
     differences = goldens.match_versions(observed, known)
     same = goldens.matching(differences)
-    report = goldens.describe(differences, known, goldens.environment(), goldens.checkpoint_identity(checkpoint.path),
+    report = goldens.describe(differences, known, goldens.environment(), goldens.checkpoint_digests(checkpoint.path),
                               key=numerics_key())
     print(report)
     assert same, report
@@ -65,7 +65,7 @@ def test_goldens_of_every_version_were_made_with_the_same_weights(known, checkpo
     digests = {version: goldens.weight_digests(data) for version, data in known.items()}
     assert len({tuple(sorted(d.items())) for d in digests.values()}) == 1, digests
     if checkpoint.kind == "tiny":
-        here = goldens.checkpoint_identity(checkpoint.path)
+        here = goldens.checkpoint_digests(checkpoint.path)
         assert here == next(iter(digests.values())), f"this tiny checkpoint {here} vs the goldens' {digests}"
 
 

@@ -22,18 +22,14 @@ from fastpath.registry import COMPILED_LLM
 from harness.checkpoint import resolve_checkpoint
 from harness.devices import skip_unless_dtype_supported
 from harness.parity import compare_runs, record_generation
+from harness.points import GPU_PARITY
 from harness.tolerance import closeness, waveform_cosine, waveform_snr_db
 
 pytestmark = pytest.mark.cuda
 
 # postprocess_output=False: the random full-size decoder speaks near-silence, which upstream's silence removal
 # would empty; 16 steps keep the tier inside its time budget (step 0 is what the logits comparison reads).
-POINTS = {
-    "single": dict(text="The museum opens at nine in the morning and closes at five.", language="en", num_step=16,
-                   postprocess_output=False),
-    "batch_of_2": dict(text=["Thank you for calling.", "Engineers measured the old bridge carefully."],
-                       language="en", num_step=16, postprocess_output=False),
-}
+POINTS = GPU_PARITY  # fixtures/points.json, "gpu_parity"
 GPU_STACK = tuple(fastpath.defaults("cuda"))
 
 # patches, checkpoint size, dtype, max step-0 rel err, min argmax agreement, min token agreement

@@ -9,7 +9,10 @@ import torch
 
 import fastpath
 from fastpath import prompt_cache
-from harness.parity import REF_3S, REF_6S
+from harness.parity import REF_3S
+from harness.points import reference
+
+REF_6S = reference("ref_6s")
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import torch
 
 import fastpath
 from fastpath import fingerprints
+from fastpath.instance import WARNINGS_ATTR
 from harness.checkpoint import (
     CheckpointError,
     check_checkpoint_folder,
@@ -36,6 +37,18 @@ def class_state() -> dict:
     from omnivoice import OmniVoice
 
     return {k: v for k, v in vars(OmniVoice).items()}
+
+
+def refused_here(model, name: str) -> None:
+    """batch_invariant refuses a machine whose GEMM rows depend on the row count: check that, then skip."""
+    from fastpath import loop
+
+    if name == "batch_invariant" and not loop.gemm_rows_independent(model):
+        before = instance_state(model)
+        with pytest.raises(loop.UnsupportedHereError, match="MKL_CBWR"):
+            fastpath.apply(model, name)
+        assert instance_state(model) == before and fastpath.applied(model) == []
+        pytest.skip("batch_invariant refuses this machine (its GEMM rows depend on the row count; refusal checked)")
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +77,7 @@ def test_lossless_and_lossy_are_kept_apart():
 @pytest.mark.cpu
 @pytest.mark.parametrize("name", list(fastpath.PATCHES))
 def test_revert_restores_stock_exactly(model, stock_run, name):
+    refused_here(model, name)
     before_instance, before_class = instance_state(model), class_state()
     fastpath.apply(model, name)
     assert fastpath.applied(model) == [name]
@@ -84,6 +98,7 @@ def bit_exact_on_cpu(name: str) -> bool:
 @pytest.mark.cpu
 @pytest.mark.parametrize("name", list(fastpath.PATCHES))
 def test_apply_is_idempotent(model, stock_run, name):
+    refused_here(model, name)
     fastpath.apply(model, name)
     once = instance_state(model)
     fastpath.apply(model, name)
@@ -168,3 +183,25 @@ def test_fingerprint_ignores_formatting_but_not_behaviour():
     c = "def f(x):\n    return x + 2\n"
     assert fingerprints.fingerprint_source(a) == fingerprints.fingerprint_source(b)
     assert fingerprints.fingerprint_source(a) != fingerprints.fingerprint_source(c)
+
+
+@pytest.mark.cpu
+def test_a_machine_whose_gemm_rows_depend_on_the_row_count(model, stock_run, monkeypatch):
+    """Where a CPU GEMM row's bits depend on the call's row count (MKL's AVX2 kernels on Intel), the stack stays
+    bit-exact by running stock's layout and says so, and batch_invariant refuses, leaving nothing applied. Run on
+    every machine by making the probe say so."""
+    from fastpath import loop
+
+    monkeypatch.setattr(loop, "gemm_rows_independent", lambda model: False)
+    before = instance_state(model)
+    with pytest.raises(loop.UnsupportedHereError, match="MKL_CBWR"):
+        fastpath.apply(model, list(fastpath.LOSSLESS) + ["batch_invariant"])
+    assert instance_state(model) == before and fastpath.applied(model) == [], "a refused apply must undo the call"
+    with fastpath.patched(model):
+        assert loop.effective_flags(model, loop.FEATURES) == {"static_prefix", "batched_scoring", "batch_invariant",
+                                                               "prefix_kv_cache", "trimmed_cfg"}
+        assert loop.effective_flags(model, fastpath.LOSSLESS) == {"static_prefix", "batched_scoring", "prompt_cache"}
+        candidate = record_generation(model, seed=0, **POINT)
+        assert loop.INEXACT_ROWS in model.__dict__[WARNINGS_ATTR]
+    assert not compare_runs(stock_run, candidate)
+    assert instance_state(model) == before

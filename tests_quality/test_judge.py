@@ -39,6 +39,6 @@ def test_missing_judge_folder_names_the_fix(tmp_path):
 
 
 def test_unknown_model_name_is_never_downloaded():
-    pytest.importorskip("faster_whisper", reason="pip install -e .[quality]")
+    pytest.importorskip("faster_whisper", reason="pip install -e . --group quality")
     with pytest.raises(FileNotFoundError, match="local Hugging Face cache"):
         judge_mod.resolve_judge("fastpath-test/no-such-whisper")

@@ -8,7 +8,7 @@ import pytest
 
 from harness.quality import wer
 
-pytest.importorskip("whisper_normalizer", reason="pip install -e .[quality] (package whisper-normalizer)")
+pytest.importorskip("whisper_normalizer", reason="pip install -e . --group quality (package whisper-normalizer)")
 
 
 @pytest.mark.parametrize(

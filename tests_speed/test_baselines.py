@@ -16,9 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.speed import baselines
-from harness.speed.baselines import BaselineError, load_baseline, load_run, save_baseline
 from harness.machine import device_key, extend_machine_info, machine_info
+from harness.speed import baselines
+from harness.speed.baselines import (
+    BaselineError,
+    load_baseline,
+    load_run,
+    save_baseline,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 CREATE = "pytest tests_speed -m slow --save-baseline"
@@ -199,7 +204,7 @@ def test_extend_machine_info_adds_ours_under_fastpath():
 
 
 def test_reads_a_real_pytest_benchmark_json(tmp_path):
-    """Run pytest-benchmark for real (subprocess) with the machine-info hook, then read its --benchmark-json."""
+    """SpeedRun pytest-benchmark for real (subprocess) with the machine-info hook, then read its --benchmark-json."""
     (tmp_path / "conftest.py").write_text(textwrap.dedent("""
         from harness.machine import extend_machine_info
 

@@ -18,14 +18,20 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from harness.speed.baselines import FORMAT, FORMAT_VERSION, BaselineError, Point, save_baseline
+from harness.speed.baselines import (
+    FORMAT,
+    FORMAT_VERSION,
+    BaselineError,
+    PointSamples,
+    save_baseline,
+)
 from harness.speed.compare import (
     DEFAULT_ALPHA,
     InsufficientSamplesError,
-    Verdict,
+    SpeedVerdict,
     build_parser,
     compare_point,
-    compare_runs,
+    compare_speed_runs,
     min_p_value,
     min_samples_for_alpha,
     new_only_points,
@@ -50,8 +56,8 @@ def timings(rng: np.random.Generator, n: int = N, median: float = MEDIAN, cv: fl
     return tuple(run_median * rng.lognormal(0.0, sigma, n))
 
 
-def point(samples, name="p", metric="rtf", max_slowdown=None) -> Point:
-    return Point(name=name, metric=metric, samples=tuple(samples), max_slowdown=max_slowdown)
+def point(samples, name="p", metric="rtf", max_slowdown=None) -> PointSamples:
+    return PointSamples(name=name, metric=metric, samples=tuple(samples), max_slowdown=max_slowdown)
 
 
 def baseline_dict(points: dict[str, tuple], key: str = KEY, overrides: dict | None = None) -> dict:
@@ -173,7 +179,7 @@ def test_per_point_factor_overrides_the_default():
 def test_should_remeasure_only_a_regression():
     fields = dict(name="p", metric="rtf", base_median=1.0, new_median=1.3, change=0.3, p_value=1e-5,
                   max_slowdown=0.1, alpha=0.002, n_base=15, n_new=15)
-    assert {v: should_remeasure(Verdict(verdict=v, **fields)) for v in ("ok", "faster", "slower-not-significant",
+    assert {v: should_remeasure(SpeedVerdict(verdict=v, **fields)) for v in ("ok", "faster", "slower-not-significant",
             "regressed")} == {"ok": False, "faster": False, "slower-not-significant": False, "regressed": True}
 
 
@@ -196,7 +202,7 @@ def test_compare_runs_over_baseline_and_pytest_benchmark_files():
             bench("extra", [0.5] * 6),
         ],
     }
-    verdicts = {v.name: v for v in compare_runs(base, new)}
+    verdicts = {v.name: v for v in compare_speed_runs(base, new)}
     assert [*verdicts] == ["short", "long"]
     assert verdicts["short"].verdict == "regressed" and verdicts["long"].verdict == "ok", verdicts
     assert new_only_points(base, new) == ["extra"]
@@ -206,7 +212,7 @@ def test_a_base_point_missing_from_the_new_run_is_an_error():
     rng = np.random.default_rng(19)
     base = baseline_dict({"short": timings(rng), "long": timings(rng)})
     with pytest.raises(BaselineError, match=r"lacks point\(s\) \['long'\]"):
-        compare_runs(base, baseline_dict({"short": timings(rng)}))
+        compare_speed_runs(base, baseline_dict({"short": timings(rng)}))
 
 
 def test_runs_from_different_devices_are_refused_unless_allowed():
@@ -214,8 +220,8 @@ def test_runs_from_different_devices_are_refused_unless_allowed():
     base = baseline_dict({"p": timings(rng)})
     new = baseline_dict({"p": timings(rng)}, key="cuda-nvidia-h200__torch-2.0.0__omnivoice-0.2.1")
     with pytest.raises(BaselineError, match="--allow-device-mismatch"):
-        compare_runs(base, new)
-    assert len(compare_runs(base, new, allow_device_mismatch=True)) == 1
+        compare_speed_runs(base, new)
+    assert len(compare_speed_runs(base, new, allow_device_mismatch=True)) == 1
 
 
 def test_different_metrics_are_refused():

@@ -16,10 +16,14 @@ import torch
 
 import fastpath
 from fastpath.gpu import compiled, graphs
+from harness.points import point
 from harness.speed.measure import (
-    Variant, batch_vs_each, cuda_memory_over_calls, interleaved_variants, timed_generate,
+    Variant,
+    batch_vs_each,
+    cuda_memory_over_calls,
+    interleaved_variants,
+    timed_generate,
 )
-from harness.speed.points import point
 
 pytestmark = pytest.mark.cuda
 

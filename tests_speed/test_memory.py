@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import fastpath
+from harness.points import point
 from harness.speed.measure import cuda_memory_over_calls
-from harness.speed.points import point
 
 CALLS = 10
 # Bound on resident-set growth from call 2 to call 10 on the tiny model. The allocator keeps freed pages, so

@@ -20,12 +20,16 @@ import pytest
 
 import fastpath
 from harness import REPO_ROOT
-from harness.speed.baselines import BaselineError, load_baseline, save_baseline
-from harness.speed.compare import compare_point, should_remeasure
-from harness.speed.baselines import Point as BasePoint
 from harness.machine import device_key, hardware_key, machine_info
+from harness.points import point
+from harness.speed.baselines import (
+    BaselineError,
+    PointSamples,
+    load_baseline,
+    save_baseline,
+)
+from harness.speed.compare import compare_point, should_remeasure
 from harness.speed.measure import batch_vs_each, interleaved
-from harness.speed.points import point
 
 FLOORS_FILE = REPO_ROOT / "baselines" / "ratio_floors.json"
 VARIANTS = {"stock": (), "fastpath": tuple(fastpath.LOSSLESS)}
@@ -153,11 +157,11 @@ def test_rtf_against_the_stored_baseline(full_model, full_checkpoint, slowdown, 
         stored = baseline["points"].get(f"{name}/{variant}")
         if stored is None:
             pytest.skip(f"{path} has no point {name}/{variant}; add it with: {SAVE_COMMAND}")
-        base = BasePoint(f"{name}/{variant}", "rtf", tuple(stored["samples"]), stored.get("max_slowdown"))
-        verdict = compare_point(base, BasePoint(base.name, "rtf", tuple(s.rtf)))
+        base = PointSamples(f"{name}/{variant}", "rtf", tuple(stored["samples"]), stored.get("max_slowdown"))
+        verdict = compare_point(base, PointSamples(base.name, "rtf", tuple(s.rtf)))
         if should_remeasure(verdict):  # flagged: measure once more, fresh samples compared on their own
             again = measure(model, name, BASELINE_ROUNDS)[variant]
-            verdict = compare_point(base, BasePoint(base.name, "rtf", tuple(again.rtf)))
+            verdict = compare_point(base, PointSamples(base.name, "rtf", tuple(again.rtf)))
         print(f"{base.name}: base {verdict.base_median:.3f} new {verdict.new_median:.3f} change {verdict.change:+.1%} "
               f"p {verdict.p_value:.2g} -> {verdict.verdict}")
         if verdict.verdict == "regressed":

@@ -21,8 +21,8 @@ from typing import Callable
 import torch
 
 from fastpath import instance
-from fastpath.gpu.padding import hidden_output, llm_call_shape, padded
 from fastpath.gpu import synchronize
+from fastpath.gpu.padding import hidden_output, llm_call_shape, padded
 from fastpath.gpu.shapes import DEFAULT_BUCKETS, Buckets, graph_key
 
 LLM_ATTR = "_fastpath_compiled_llm"
@@ -107,12 +107,12 @@ def compile_llm(model, mode: str = "default", dynamic: bool | None = True, bucke
     """
     check_mode(mode)
     llm = model.llm
-    return install_wrapped(model, LLM_ATTR, llm, "forward", lambda: CompiledForward(
+    return instance.install_wrapper(model, LLM_ATTR, llm, "forward", lambda: CompiledForward(
         llm, llm.forward, mode, dynamic, buckets, tuple(devices), compiler))
 
 
 def uncompile_llm(model) -> None:
-    wrapper = remove_wrapped(model, LLM_ATTR, "forward", lambda wrapper: model.llm)
+    wrapper = instance.remove_wrapper(model, LLM_ATTR, "forward", lambda wrapper: model.llm)
     if wrapper is not None:
         wrapper.compiled = None
 
@@ -178,35 +178,14 @@ def compile_vocoder(model, mode: str = "default", dynamic: bool | None = True, d
     tokenizer = model.audio_tokenizer
     if tokenizer is None:
         raise ValueError("this model has no audio tokenizer (loaded with train=True?); nothing to compile")
-    return install_wrapped(model, VOCODER_ATTR, tokenizer, "decode", lambda: CompiledDecode(
+    return instance.install_wrapper(model, VOCODER_ATTR, tokenizer, "decode", lambda: CompiledDecode(
         tokenizer, tokenizer.decode, mode, dynamic, tuple(devices), compiler))
 
 
 def uncompile_vocoder(model) -> None:
-    wrapper = remove_wrapped(model, VOCODER_ATTR, "decode", lambda wrapper: wrapper.tokenizer)
+    wrapper = instance.remove_wrapper(model, VOCODER_ATTR, "decode", lambda wrapper: wrapper.tokenizer)
     if wrapper is not None:
         wrapper.compiled = None
-
-
-def install_wrapped(model, attr: str, module, name: str, make):
-    """Put `make()` in place of `module.<name>` on the instance (fastpath.instance) and keep it as `model.<attr>`.
-    Once installed, the installed wrapper is returned again."""
-    if attr in model.__dict__:
-        return model.__dict__[attr]
-    wrapper = make()
-    instance.install(module, name, wrapper)
-    instance.install(model, attr, wrapper)
-    return wrapper
-
-
-def remove_wrapped(model, attr: str, name: str, module_of):
-    """Undo `install_wrapped`: forget `model.<attr>` and put back what `<module_of(wrapper)>.<name>` was, if the
-    wrapper is still in place. Returns the removed wrapper, or None when none was installed."""
-    wrapper = model.__dict__.get(attr)
-    if wrapper is not None:
-        instance.restore(model, attr)
-        instance.restore(module_of(wrapper), name, only_if=wrapper)
-    return wrapper
 
 
 def stats(model) -> dict:

@@ -24,9 +24,9 @@ from typing import Callable
 
 import torch
 
-from fastpath.gpu.compiled import install_wrapped, remove_wrapped
-from fastpath.gpu.padding import fill_padded, hidden_output, llm_call_shape
 from fastpath.gpu import synchronize
+from fastpath import instance
+from fastpath.gpu.padding import fill_padded, hidden_output, llm_call_shape
 from fastpath.gpu.shapes import DEFAULT_BUCKETS, Buckets, GraphKey, LRUCache, graph_key
 
 log = logging.getLogger(__name__)
@@ -164,13 +164,13 @@ def install(model, buckets: Buckets = DEFAULT_BUCKETS, max_graphs: int = DEFAULT
         capture: how one shape is captured (default: `capture_cuda_graph`).
     """
     llm = model.llm
-    return install_wrapped(model, GRAPHS_ATTR, llm, "forward", lambda: GraphedForward(
+    return instance.install_wrapper(model, GRAPHS_ATTR, llm, "forward", lambda: GraphedForward(
         llm, llm.forward, buckets, max_graphs, tuple(devices), capture))
 
 
 def remove(model) -> None:
     """Drop the graphs and put back the forward the instance had."""
-    graphed = remove_wrapped(model, GRAPHS_ATTR, "forward", lambda wrapper: model.llm)
+    graphed = instance.remove_wrapper(model, GRAPHS_ATTR, "forward", lambda wrapper: model.llm)
     if graphed is not None:
         graphed.cache.clear()
         graphed.pool = None

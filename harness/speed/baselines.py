@@ -21,7 +21,7 @@ are for people reading the file; comparisons always recompute from ``samples``, 
 stored median no longer matches its samples (a hand edit).
 
 A *run* is either such a file or a pytest-benchmark ``--benchmark-json`` file; ``read_run`` turns both into a
-``Run`` of ``Point``s. Every problem raises ``BaselineError`` with a message that says how to fix it; nothing is
+``SpeedRun`` of ``PointSamples``s. Every problem raises ``BaselineError`` with a message that says how to fix it; nothing is
 skipped silently.
 """
 
@@ -50,7 +50,7 @@ class BaselineError(Exception):
 
 
 @dataclass(frozen=True)
-class Point:
+class PointSamples:
     """Raw samples of one operating point (e.g. RTF of one sentence length on one device)."""
 
     name: str
@@ -69,7 +69,7 @@ class Point:
 
 
 @dataclass(frozen=True)
-class Run:
+class SpeedRun:
     """One saved measurement: where it came from, which device it was measured on, and its points."""
 
     source: str
@@ -78,7 +78,7 @@ class Run:
     commit: str | None
     command: str | None
     created_utc: str | None
-    points: dict[str, Point]
+    points: dict[str, PointSamples]
 
 
 def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
@@ -131,7 +131,7 @@ def check_extra(value: object, where: str, fix: str) -> dict:
     return dict(value)
 
 
-def baseline_points(data: dict, source: str, fix: str) -> dict[str, Point]:
+def baseline_points(data: dict, source: str, fix: str) -> dict[str, PointSamples]:
     """Validated points of a baseline-format dict."""
     raw = data.get("points")
     if not isinstance(raw, dict) or not raw:
@@ -144,7 +144,7 @@ def baseline_points(data: dict, source: str, fix: str) -> dict[str, Point]:
         if "samples" not in entry:
             raise BaselineError(f"{where} has no 'samples'; raw samples are needed for the test. {fix}")
         samples = check_samples(entry["samples"], where, fix)
-        point = Point(
+        point = PointSamples(
             name=name,
             metric=str(entry.get("metric", "rtf")),
             samples=samples,
@@ -161,11 +161,11 @@ def baseline_points(data: dict, source: str, fix: str) -> dict[str, Point]:
     return points
 
 
-def benchmark_points(data: dict, source: str) -> dict[str, Point]:
+def benchmark_points(data: dict, source: str) -> dict[str, PointSamples]:
     """Points of a pytest-benchmark JSON dict.
 
     Name: ``extra_info["point"]`` when the test set it, else the benchmark's ``name``.
-    Samples: ``extra_info["rtf_samples"]`` (metric "rtf") when present, else the raw timings ``stats["data"]``
+    PointSamples: ``extra_info["rtf_samples"]`` (metric "rtf") when present, else the raw timings ``stats["data"]``
     (metric "seconds"). ``extra_info["max_slowdown"]`` overrides the default factor for that point.
     """
     fix = (
@@ -175,7 +175,7 @@ def benchmark_points(data: dict, source: str) -> dict[str, Point]:
     benchmarks = data.get("benchmarks")
     if not isinstance(benchmarks, list) or not benchmarks:
         raise BaselineError(f"{source}: pytest-benchmark file has no benchmarks; the run measured nothing. {fix}")
-    points: dict[str, Point] = {}
+    points: dict[str, PointSamples] = {}
     for bench in benchmarks:
         extra = dict(bench.get("extra_info") or {})
         name = str(extra.pop("point", None) or bench.get("name") or "")
@@ -190,7 +190,7 @@ def benchmark_points(data: dict, source: str) -> dict[str, Point]:
             metric, samples = "seconds", (bench.get("stats") or {}).get("data")
             if samples is None:
                 raise BaselineError(f"{where} has neither extra_info['rtf_samples'] nor stats['data']. {fix}")
-        points[name] = Point(
+        points[name] = PointSamples(
             name=name,
             metric=metric,
             samples=check_samples(samples, where, fix),
@@ -200,8 +200,8 @@ def benchmark_points(data: dict, source: str) -> dict[str, Point]:
     return points
 
 
-def read_run(data: object, source: str = "<dict>") -> Run:
-    """A ``Run`` from a parsed baseline file or pytest-benchmark JSON file; BaselineError for anything else."""
+def read_run(data: object, source: str = "<dict>") -> SpeedRun:
+    """A ``SpeedRun`` from a parsed baseline file or pytest-benchmark JSON file; BaselineError for anything else."""
     if not isinstance(data, dict):
         raise BaselineError(
             f"{source} holds a JSON {type(data).__name__}, not an object; it is neither a fastpath speed baseline "
@@ -210,14 +210,14 @@ def read_run(data: object, source: str = "<dict>") -> Run:
     if data.get("format") == FORMAT:
         fix = "Re-create the baseline (see the speed tier's --save-baseline option)."
         check_format_version(data, source, fix)
-        return Run(
+        return SpeedRun(
             source=source, kind="baseline", device_key=data.get("device_key"), commit=data.get("commit"),
             command=data.get("command"), created_utc=data.get("created_utc"),
             points=baseline_points(data, source, fix),
         )
     if "benchmarks" in data and "machine_info" in data:
         ours = (data.get("machine_info") or {}).get("fastpath") or {}
-        return Run(
+        return SpeedRun(
             source=source, kind="pytest-benchmark", device_key=ours.get("device_key"),
             commit=(data.get("commit_info") or {}).get("id"), command=None, created_utc=data.get("datetime"),
             points=benchmark_points(data, source),
@@ -253,8 +253,8 @@ def read_json(path: Path, fix: str) -> object:
         ) from None
 
 
-def load_run(path: str | os.PathLike) -> Run:
-    """Read a baseline or pytest-benchmark JSON file into a ``Run``."""
+def load_run(path: str | os.PathLike) -> SpeedRun:
+    """Read a baseline or pytest-benchmark JSON file into a ``SpeedRun``."""
     path = Path(path)
     return read_run(read_json(path, "Pass a baseline file or a pytest-benchmark --benchmark-json file."), str(path))
 
@@ -325,7 +325,7 @@ def save_baseline(
     for name, entry in points.items():
         where = f"point {name!r}"
         samples = check_samples(entry.get("samples"), where, fix)
-        point = Point(name=name, metric=str(entry.get("metric", "rtf")), samples=samples)
+        point = PointSamples(name=name, metric=str(entry.get("metric", "rtf")), samples=samples)
         body[name] = {
             "metric": point.metric,
             "samples": list(samples),

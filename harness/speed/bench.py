@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import fastpath
-from harness.cli import int_at_least
 from harness.checkpoint import load_model, resolve_checkpoint
+from harness.cli import int_at_least
 from harness.machine import device_key, machine_info
 from harness.speed.measure import Variant, interleaved, interleaved_variants
-from harness.speed.points import point
+from harness.points import point
 
 DTYPES = ("fp32", "bf16", "fp16")
 BASELINE_COMMAND = "python -m harness.speed.bench ... --save-baseline PATH"
@@ -164,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", default=None, help="a real checkpoint folder instead of the built one")
     parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1, mps")
     parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="dtype of variants named without @dtype")
-    parser.add_argument("--points", nargs="+", default=["clone6-medium-32"], help="fixtures/speed_points.json names")
+    parser.add_argument("--points", nargs="+", default=["clone6-medium-32"], help="names from fixtures/points.json (speed)")
     parser.add_argument("--rounds", type=int_at_least(1), default=5, help="timed rounds per variant, after one warm-up")
     parser.add_argument("--num-step", type=int_at_least(1), default=None,
                         help="unmasking steps for every point instead of its own (not with --save-baseline)")

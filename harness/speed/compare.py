@@ -33,7 +33,13 @@ from pathlib import Path
 
 from scipy import stats
 
-from harness.speed.baselines import BaselineError, Point, Run, load_run, read_run
+from harness.speed.baselines import (
+    BaselineError,
+    PointSamples,
+    SpeedRun,
+    load_run,
+    read_run,
+)
 
 DEFAULT_MAX_SLOWDOWN = 0.10
 DEFAULT_ALPHA = 0.002
@@ -45,7 +51,7 @@ class InsufficientSamplesError(BaselineError):
 
 
 @dataclass(frozen=True)
-class Verdict:
+class SpeedVerdict:
     """Outcome of comparing one operating point.
 
     change: new_median / base_median - 1 (0.20 means 20% slower). p_value: one-sided Mann-Whitney U p that the new
@@ -96,8 +102,8 @@ def check_reachable(name: str, n_base: int, n_new: int, alpha: float) -> None:
         )
 
 
-def compare_point(base: Point, new: Point, *, max_slowdown: float = DEFAULT_MAX_SLOWDOWN,
-                  alpha: float = DEFAULT_ALPHA) -> Verdict:
+def compare_point(base: PointSamples, new: PointSamples, *, max_slowdown: float = DEFAULT_MAX_SLOWDOWN,
+                  alpha: float = DEFAULT_ALPHA) -> SpeedVerdict:
     """Apply the rule to one point. ``base.max_slowdown``, when set, overrides ``max_slowdown``."""
     if base.metric != new.metric:
         raise BaselineError(
@@ -114,23 +120,23 @@ def compare_point(base: Point, new: Point, *, max_slowdown: float = DEFAULT_MAX_
         verdict = "faster"
     else:
         verdict = "ok"
-    return Verdict(
+    return SpeedVerdict(
         name=base.name, metric=base.metric, base_median=base.median, new_median=new.median, change=change,
         p_value=p_slower, verdict=verdict, max_slowdown=factor, alpha=alpha,
         n_base=len(base.samples), n_new=len(new.samples),
     )
 
 
-def as_run(data: dict | Run, label: str) -> Run:
-    return data if isinstance(data, Run) else read_run(data, label)
+def as_run(data: dict | SpeedRun, label: str) -> SpeedRun:
+    return data if isinstance(data, SpeedRun) else read_run(data, label)
 
 
-def compare_runs(base: dict | Run, new: dict | Run, *, max_slowdown: float = DEFAULT_MAX_SLOWDOWN,
-                 alpha: float = DEFAULT_ALPHA, allow_device_mismatch: bool = False) -> list[Verdict]:
+def compare_speed_runs(base: dict | SpeedRun, new: dict | SpeedRun, *, max_slowdown: float = DEFAULT_MAX_SLOWDOWN,
+                 alpha: float = DEFAULT_ALPHA, allow_device_mismatch: bool = False) -> list[SpeedVerdict]:
     """Verdicts for every point of ``base``, in base order.
 
     Args:
-        base, new: parsed baseline or pytest-benchmark JSON (or a ``Run`` from ``load_run``).
+        base, new: parsed baseline or pytest-benchmark JSON (or a ``SpeedRun`` from ``load_run``).
         max_slowdown: default factor; a point's own ``max_slowdown`` in ``base`` wins.
         alpha: significance level of the one-sided Mann-Whitney U test.
         allow_device_mismatch: compare even when both runs name different device keys.
@@ -158,13 +164,13 @@ def compare_runs(base: dict | Run, new: dict | Run, *, max_slowdown: float = DEF
             for name, point in base_run.points.items()]
 
 
-def new_only_points(base: dict | Run, new: dict | Run) -> list[str]:
+def new_only_points(base: dict | SpeedRun, new: dict | SpeedRun) -> list[str]:
     """Points measured in ``new`` that ``base`` lacks (no verdict possible)."""
     base_run, new_run = as_run(base, "base"), as_run(new, "new")
     return [name for name in new_run.points if name not in base_run.points]
 
 
-def should_remeasure(verdict: Verdict) -> bool:
+def should_remeasure(verdict: SpeedVerdict) -> bool:
     """True when this verdict would fail the run, so the point should be measured once more before failing.
 
     The second measurement must be compared on its own, fresh samples against the same base (not pooled with the
@@ -173,7 +179,7 @@ def should_remeasure(verdict: Verdict) -> bool:
     return verdict.verdict == "regressed"
 
 
-def format_table(verdicts: list[Verdict]) -> str:
+def format_table(verdicts: list[SpeedVerdict]) -> str:
     """Plain-text table, one row per point."""
     header = ("point", "metric", "n base/new", "base median", "new median", "change", "factor", "p", "verdict")
     rows = [header] + [
@@ -187,13 +193,13 @@ def format_table(verdicts: list[Verdict]) -> str:
     return "\n".join(lines)
 
 
-def describe_run(run: Run) -> str:
+def describe_run(run: SpeedRun) -> str:
     return (f"`{run.source}` ({run.kind}; device key `{run.device_key or 'unknown'}`; commit "
             f"`{run.commit or 'unknown'}`; created {run.created_utc or 'unknown'}; command "
             f"`{run.command or 'not recorded'}`)")
 
 
-def write_report(path: Path, base: Run, new: Run, verdicts: list[Verdict], chart_name: str | None) -> None:
+def write_report(path: Path, base: SpeedRun, new: SpeedRun, verdicts: list[SpeedVerdict], chart_name: str | None) -> None:
     """Markdown report: inputs, rule, per-point table, points without verdict, chart."""
     regressed = [v.name for v in verdicts if v.verdict == "regressed"]
     alpha = verdicts[0].alpha if verdicts else DEFAULT_ALPHA
@@ -228,7 +234,7 @@ VERDICT_COLORS = {"ok": "tab:gray", "faster": "tab:green", "slower-not-significa
                   "regressed": "tab:red"}
 
 
-def draw_chart(path: Path, base: Run, new: Run, verdicts: list[Verdict]) -> None:
+def draw_chart(path: Path, base: SpeedRun, new: SpeedRun, verdicts: list[SpeedVerdict]) -> None:
     """Box plot with the raw samples on top, base vs new per point, each scaled by its base median.
 
     Scaling puts points of different sizes on one axis; the dashed segment is each point's 1 + factor.
@@ -304,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         base, new = load_run(args.base), load_run(args.new)
-        verdicts = compare_runs(base, new, max_slowdown=args.max_slowdown, alpha=args.alpha,
+        verdicts = compare_speed_runs(base, new, max_slowdown=args.max_slowdown, alpha=args.alpha,
                                 allow_device_mismatch=args.allow_device_mismatch)
     except BaselineError as err:
         print(f"error: {err}", file=sys.stderr)

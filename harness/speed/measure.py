@@ -244,7 +244,7 @@ def batch_vs_each(model, batch_point: str, patches, rounds: int) -> dict:
     """A point's texts as one batch and one call each (`<point>` and `<point>-each`), alternating batch, each,
     batch, each ... on one model with `patches`, after one warm-up each: {"batch": Samples, "each": Samples}.
     The two make the same speech, so RTF(each) / RTF(batch) is the batch's throughput over batch 1."""
-    from harness.speed.points import point
+    from harness.points import point
 
     prompts: dict = {}
     calls = {"batch": point(batch_point).generate_kwargs(model, prompts),

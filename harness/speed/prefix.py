@@ -22,10 +22,10 @@ import torch
 
 import fastpath
 from fastpath import loop
-from harness.cli import int_at_least
 from fastpath.instance import overridden
+from harness.cli import int_at_least
+from harness.points import point
 from harness.speed.measure import timed_generate
-from harness.speed.points import point
 
 
 def final_tokens(model, seed: int, kwargs: dict) -> list:

@@ -1,4 +1,5 @@
-"""The speed tier's operating points (fixtures/speed_points.json) as `generate` keyword arguments."""
+"""Every operating point of the suite, from one file (fixtures/points.json), as `generate` keyword arguments:
+the parity tier's and the goldens' (`PARITY`), the CUDA tolerance tier's (`GPU_PARITY`), the speed tier's (`point`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,13 @@ from pathlib import Path
 
 from harness import REPO_ROOT
 
-POINTS_FILE = REPO_ROOT / "fixtures" / "speed_points.json"
+POINTS_FILE = REPO_ROOT / "fixtures" / "points.json"
 REFERENCE = REPO_ROOT / "fixtures" / "reference"
+
+
+def reference(name: str) -> tuple:
+    """(path of fixtures/reference/<name>.wav, its transcript)."""
+    return str(REFERENCE / f"{name}.wav"), (REFERENCE / f"{name}.txt").read_text().strip()
 
 
 @dataclass(frozen=True)
@@ -42,8 +48,8 @@ class Point:
         if ref:
             prompts = {} if prompts is None else prompts
             if ref not in prompts:
-                prompts[ref] = model.create_voice_clone_prompt(
-                    ref_audio=str(REFERENCE / f"{ref}.wav"), ref_text=(REFERENCE / f"{ref}.txt").read_text().strip())
+                audio, text = reference(ref)
+                prompts[ref] = model.create_voice_clone_prompt(ref_audio=audio, ref_text=text)
             kwargs["voice_clone_prompt"] = prompts[ref]
         if self.each:
             return [dict(kwargs, text=text) for text in kwargs["text"]]
@@ -60,7 +66,22 @@ def load_spec() -> dict:
 
 
 def load_points() -> list:
-    return [Point(**p) for p in load_spec()["points"]]
+    return [Point(**p) for p in load_spec()["speed"]]
+
+
+def parity_points() -> dict:
+    """name -> generate() kwargs; a 'ref' becomes ref_audio + ref_text ('voice_clone_prompt' stays a name)."""
+    out = {}
+    for name, kwargs in load_spec()["parity"].items():
+        kwargs = dict(kwargs)
+        if "ref" in kwargs:
+            kwargs["ref_audio"], kwargs["ref_text"] = reference(kwargs.pop("ref"))
+        out[name] = kwargs
+    return out
+
+
+PARITY = parity_points()
+GPU_PARITY = load_spec()["gpu_parity"]
 
 
 def point(name: str) -> Point:

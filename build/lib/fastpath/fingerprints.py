@@ -1,0 +1,145 @@
+"""Source fingerprints of the upstream OmniVoice code that the patches rely on.
+
+A fingerprint is the sha256 of a function's AST with its docstring removed, so formatting and comments do not
+count but any change to what the code does does. `fingerprints.json` (beside this file) records, per upstream
+name, the fingerprints seen in each omnivoice version known to work with the patches. A patch refuses to apply
+when an upstream function it relies on has a fingerprint no known version had.
+
+    python -m fastpath fingerprints            # show the installed version's fingerprints vs the known ones
+    python -m fastpath fingerprints --record   # add the installed version to fingerprints.json (after review!)
+    python -m fastpath fingerprints --source path/to/omnivoice/models/omnivoice.py --version 0.2.0 [--record]
+                                               # the same for a source file that is not installed
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+import json
+import textwrap
+from importlib import metadata
+from pathlib import Path
+
+KNOWN_FILE = Path(__file__).with_name("fingerprints.json")
+UPSTREAM_MODULE = "omnivoice.models.omnivoice"
+ENV_ALLOW = "FASTPATH_ALLOW_UNVERIFIED_UPSTREAM"
+
+
+class UpstreamMismatchError(RuntimeError):
+    """An upstream function no longer matches what a patch was written against."""
+
+
+def omnivoice_version() -> str:
+    try:
+        return metadata.version("omnivoice")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def resolve(name: str):
+    """'OmniVoice._generate_iterative' or '_gumbel_sample' -> the object in omnivoice.models.omnivoice."""
+    import importlib
+
+    obj = importlib.import_module(UPSTREAM_MODULE)
+    for part in name.split("."):
+        obj = inspect.getattr_static(obj, part) if inspect.isclass(obj) else getattr(obj, part)
+    if isinstance(obj, (staticmethod, classmethod)):
+        obj = obj.__func__
+    return obj
+
+
+def fingerprint_source(source: str) -> str:
+    """sha256 of the normalised AST of one function's source (docstring dropped)."""
+    tree = ast.parse(textwrap.dedent(source))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    return hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).hexdigest()[:16]
+
+
+def fingerprint(name: str) -> str:
+    return fingerprint_source(inspect.getsource(resolve(name)))
+
+
+def definition_source(module_source: str, name: str) -> str:
+    """The source of `name` ('Class.method', 'function' or 'Class') in a module's source text, without importing it.
+
+    Decorators included and lines kept whole, as `inspect.getsource` returns them, so `fingerprint_source` of the
+    result equals `fingerprint(name)` for the installed module. Raises KeyError when the module has no such name.
+    """
+    tree = ast.parse(module_source)
+    scope, node = tree.body, None
+    for part in name.split("."):
+        node = next((n for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                     and n.name == part), None)
+        if node is None:
+            raise KeyError(f"{name}: no definition of {part!r} in this source")
+        scope = node.body
+    first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+    return "".join(module_source.splitlines(keepends=True)[first - 1 : node.end_lineno])
+
+
+def fingerprints_in(module_source: str, names) -> dict:
+    """{name: fingerprint, or None where the source does not define it} for a module's source text."""
+    out = {}
+    for name in names:
+        try:
+            out[name] = fingerprint_source(definition_source(module_source, name))
+        except KeyError:
+            out[name] = None
+    return out
+
+
+def load_known() -> dict:
+    """{upstream name: {fingerprint: [omnivoice versions]}}"""
+    return json.loads(KNOWN_FILE.read_text())["functions"]
+
+
+def check(names, patch: str, allow: bool = False) -> list[str]:
+    """Raise UpstreamMismatchError unless every name has a known fingerprint; return warnings when allowed."""
+    known = load_known()
+    installed = omnivoice_version()
+    problems = []
+    for name in names:
+        try:
+            fp = fingerprint(name)
+        except (AttributeError, TypeError, OSError) as err:
+            problems.append(f"{name}: not found in the installed omnivoice {installed} ({err})")
+            continue
+        versions_by_fp = known.get(name)
+        if versions_by_fp is None:
+            problems.append(f"{name}: no fingerprint recorded; run `python -m fastpath fingerprints --record`")
+        elif fp not in versions_by_fp:
+            known_versions = sorted({v for vs in versions_by_fp.values() for v in vs})
+            problems.append(
+                f"{name}: source fingerprint {fp} in the installed omnivoice {installed} matches none of the "
+                f"versions this patch was written against ({', '.join(known_versions)})"
+            )
+    if problems and not allow:
+        raise UpstreamMismatchError(
+            f"patch {patch!r} refuses to apply:\n  " + "\n  ".join(problems) + "\n"
+            f"Fix: install a known omnivoice version, or review the upstream change and record it with "
+            f"`python -m fastpath fingerprints --record`; to apply anyway (unverified), pass "
+            f"allow_unverified=True or set {ENV_ALLOW}=1."
+        )
+    return problems
+
+
+def record(names, found: dict | None = None, version: str | None = None) -> dict:
+    """Add `version` (default: the installed one) under each name's fingerprint (default: the installed source's)."""
+    data = json.loads(KNOWN_FILE.read_text())
+    version = version or omnivoice_version()
+    for name in sorted(set(names)):
+        fp = found[name] if found is not None else fingerprint(name)
+        if fp is None:
+            raise UpstreamMismatchError(f"{name} is not defined in omnivoice {version}; nothing to record")
+        versions = data["functions"].setdefault(name, {}).setdefault(fp, [])
+        if version not in versions:
+            versions.append(version)
+            versions.sort()
+    KNOWN_FILE.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return data

@@ -1,0 +1,27 @@
+"""The GPU tier: speedups that only pay on CUDA, registered in `fastpath.registry` like the CPU patches.
+
+- `cuda_graphs` (graphs.py): the LLM forward captured once per bucketed shape and replayed; sequence length
+  padded up a ladder of buckets (shapes.py) with the padded keys masked, captures bounded by an LRU.
+- `compiled_llm`, `compiled_llm_reduce_overhead`, `compiled_llm_max_autotune` (compiled.py): `torch.compile`
+  of the LLM backbone in one of its modes, inputs bucketed the same way.
+- `compiled_vocoder` (compiled.py): `torch.compile` of the audio tokenizer's `decode`.
+- `cuda_tf32` (flags.py): TF32 matmuls and convolutions, `cudnn.benchmark` off; process-global, so the previous
+  values are kept on the model and put back on revert.
+
+None is bit-exact (they change kernels, shapes or precision), so all are registered lossless=False and checked
+against stock with tolerances on CUDA (`pytest -m cuda`). On a model that is not on CUDA they apply and stay
+inert: every call goes to the stock code, so a CPU model patched with them is bit-exact with stock.
+Importing this package imports no torch.
+"""
+
+
+def synchronize(device) -> None:
+    """Wait for the device's queued work (CUDA, MPS); nothing to wait for on the CPU. Timers read the clock after
+    this, never before."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()

@@ -1,0 +1,563 @@
+"""The fastpath unmasking loop: upstream `OmniVoice._generate_iterative` with switches.
+
+Lossless (bit-exact on CPU fp32):
+- `trimmed_cfg`: stock runs the B conditional and B unconditional rows as one batch padded to the longest
+  conditional row; here each row runs at its own length (rows of equal length share a batch), so projections,
+  MLPs and heads do no work on padding. Only inside attention are queries, keys and values zero-padded back to
+  the stock width, behind a mask: the CPU SDPA kernel blocks queries and keys by count, and its reductions
+  round differently at other counts (max |diff| 1.5e-7 without the padding); attention is a small share of
+  the FLOPs at these lengths. Rows shorter than `MIN_ROWS` are padded to it: CPU GEMMs switch to another
+  kernel for very few rows (seen here for M <= 11), which rounds differently. This and sliced_heads need a GEMM
+  that gives a row the same bits whatever the number of rows in the call; `gemm_rows_independent` measures that
+  on the model's own shapes, and where it fails (MKL's AVX2 kernels on Intel processors round the tail rows of
+  their 6-row blocks differently) both run stock's layout instead and say so in `model._fastpath_warnings`.
+- `sliced_heads`: the audio heads (hidden -> 8 x 1025 logits) run only on the target positions the sampler
+  reads, not on style, text and reference positions.
+- `static_prefix`: the input embedding of the static prefix (style, text, reference) is computed once per
+  generation; each step re-embeds only the target frames.
+- `batched_scoring`: all items of a batch scored and unmasked at once (`unmask_batched`), logits packed along
+  the frame axis; the random numbers are the ones upstream draws item by item, read in its order.
+
+Opt in:
+- `batch_invariant`: rows attend over their own item's length, not the batch's longest; each item then equals
+  a batch-1 call of it (deterministic settings), and a mixed-length batch costs what its items cost alone.
+- `prefix_kv_cache` (lossy): the conditional rows' prefix keys/values are reused between refresh steps
+  (`prefix_cached_llm`).
+
+Everything else (schedule, scoring, Gumbel position sampling, the order random numbers are drawn in) is
+upstream's own code or follows it step for step, so the random stream and the per-step logits stay the same.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+from dataclasses import dataclass
+
+import torch
+
+from fastpath import instance
+from fastpath.instance import WARNINGS_ATTR
+
+FEATURES = ("trimmed_cfg", "sliced_heads", "static_prefix", "batched_scoring", "batch_invariant", "prefix_kv_cache")
+FLAGS_ATTR = "_fastpath_loop"  # instance attribute: the set of switches that are on
+TRIMMED_LAYOUT = ("trimmed_cfg", "batch_invariant", "prefix_kv_cache")  # switches that run rows at own lengths
+REFRESH_ATTR = "_fastpath_prefix_refresh"  # instance attribute: prefix_kv_cache's refresh interval in steps
+DEFAULT_REFRESH = 2  # the mildest staleness; agreement and speed per interval: README, baselines/prefix_kv_cache.json
+PADDING_ATTR = "_fastpath_max_padding"  # instance attribute: the padding trimmed rows may take to share a batch
+MIN_ROWS = 16  # no GEMM of fewer rows than this: small-M kernels round differently from stock's large batch
+ROW_COUNT_EXACT = ("trimmed_cfg", "sliced_heads")  # bit-exact only where a GEMM row ignores the call's row count
+INEXACT_ROWS = ("trimmed_cfg and sliced_heads run stock's layout on this machine (padded rows, heads on every "
+                "position): its CPU GEMM gives a row other bits when the call has another number of rows "
+                "(fastpath.loop.gemm_rows_independent), so fewer rows would not be bit-exact. Starting Python with "
+                "MKL_CBWR=AVX2,STRICT (or AUTO,STRICT) makes MKL's rows independent.")
+_PROBED: dict = {}  # (K, N, threads, dtype) -> bool: gemm_rows_independent's measurements in this process
+
+
+def gemm_rows_independent(model) -> bool:
+    """Whether `nn.functional.linear` gives every row the same bits whatever the number of rows (>= MIN_ROWS) and
+    the row's place in the call, on the LLM's own projection shapes (q_proj, down_proj; up to 256 output
+    features). Measured once per shape and thread count in this process; always True off the CPU, where no
+    patch claims bit-exactness. 16 to 39 rows at three offsets in an 88-row call: every residue of the kernels'
+    row blocks (6 for MKL's AVX2 kernel, 8 / 16 / 24 for others)."""
+    layer = model.llm.layers[0]
+    weights = [layer.self_attn.q_proj.weight, layer.mlp.down_proj.weight, model.audio_heads.weight]
+    if weights[0].device.type != "cpu":
+        return True
+    for weight in weights:
+        w = weight.detach()[:256]  # [N, K]
+        key = (w.shape[1], w.shape[0], torch.get_num_threads(), w.dtype)
+        if key not in _PROBED:
+            x = torch.randn(88, w.shape[1], generator=torch.Generator().manual_seed(0)).to(w.dtype)  # [88, K]
+            with torch.no_grad():
+                whole = torch.nn.functional.linear(x, w)  # [88, N]
+                _PROBED[key] = all(torch.equal(torch.nn.functional.linear(x[o:o + m], w), whole[o:o + m])
+                                   for o in (0, 5, 17) for m in range(MIN_ROWS, MIN_ROWS + 24) if o + m <= 88)
+        if not _PROBED[key]:
+            return False
+    return True
+
+
+def enable(model, feature: str) -> None:
+    """Switch `feature` (one of FEATURES) on for this instance; the first one installs the loop."""
+    if feature == "batch_invariant" and not gemm_rows_independent(model):
+        raise UnsupportedHereError(
+            "batch_invariant promises items bit-exact with batch-1 calls, which needs a CPU GEMM whose rows do not "
+            "depend on how many rows share the call; this machine's does (fastpath.loop.gemm_rows_independent). "
+            "Start Python with MKL_CBWR=AVX2,STRICT (or AUTO,STRICT) to make MKL's rows independent.")
+    if feature in ROW_COUNT_EXACT and not gemm_rows_independent(model):
+        note_inexact_rows(model)
+    flags = model.__dict__.setdefault(FLAGS_ATTR, set())
+    flags.add(feature)
+    instance.install(model, "_generate_iterative", types.MethodType(generate_iterative, model))
+    if feature in TRIMMED_LAYOUT:
+        install_padded_key_attention(model)
+
+
+def disable(model, feature: str) -> None:
+    """Switch `feature` off; the last one removes the loop and every setting it kept on the instance."""
+    flags = model.__dict__.get(FLAGS_ATTR, set())
+    flags.discard(feature)
+    if feature in TRIMMED_LAYOUT and not set(TRIMMED_LAYOUT) & flags:
+        remove_padded_key_attention(model)
+    if not flags:
+        for attr in (FLAGS_ATTR, PADDING_ATTR, REFRESH_ATTR):
+            model.__dict__.pop(attr, None)
+        instance.restore(model, "_generate_iterative")
+
+
+def effective_flags(model, flags) -> set:
+    """The switches a generate runs with: `flags`, less trimmed_cfg and sliced_heads where this machine's GEMM rows
+    depend on the row count (they would not be bit-exact; noted on the model). trimmed_cfg stays when an opt-in
+    switch needs its layout (prefix_kv_cache is approximate anyway; batch_invariant refuses such a machine)."""
+    flags = set(flags)
+    if set(ROW_COUNT_EXACT) & flags and not gemm_rows_independent(model):
+        note_inexact_rows(model)
+        flags.discard("sliced_heads")
+        if not {"batch_invariant", "prefix_kv_cache"} & flags:
+            flags.discard("trimmed_cfg")
+    return flags
+
+
+def note_inexact_rows(model) -> None:
+    """Say, once, on the model (`model._fastpath_warnings`) that the row-count patches run stock's layout here."""
+    warnings = model.__dict__.setdefault(WARNINGS_ATTR, [])
+    if INEXACT_ROWS not in warnings:
+        warnings.append(INEXACT_ROWS)
+
+
+class UnsupportedHereError(RuntimeError):
+    """A patch cannot keep its promise on this machine; the message says why and what would make it possible."""
+
+
+@dataclass
+class Row:
+    item: int  # index into the task
+    cond: bool  # conditional (full prompt) or unconditional (target only) row
+    start: int  # first target position in this row
+    length: int  # number of target positions (t_len)
+
+
+@dataclass
+class Group:
+    """One forward batch of rows of one width L: input_ids [G, C, L], audio_mask [G, L], attention_mask
+    [G, 1, L, P] with P = L in the stock layout and P = the stock width in the trimmed one."""
+
+    rows: list
+    input_ids: torch.Tensor
+    audio_mask: torch.Tensor
+    attention_mask: torch.Tensor
+    embeds: torch.Tensor | None = None  # [G, L, H], static_prefix only
+    # Where each row's target frames sit, from `index_targets`; T = the longest target among the rows.
+    items: torch.Tensor | None = None  # [G] item of each row
+    kinds: torch.Tensor | None = None  # [G] 0 for a conditional row, 1 for an unconditional one
+    frames: torch.Tensor | None = None  # [G, T] target frame 0..t_len-1, the last one repeated past t_len
+    positions: torch.Tensor | None = None  # [G, T] sequence position of that frame in the row: start + frame
+    packed: torch.Tensor | None = None  # [G, T] column of that frame in the packed logits: item offset + frame
+    prefix_kv: object = None  # prefix_kv_cache: a transformers DynamicCache of the prefix keys/values [G, kv, start, d]
+
+
+def set_prefix_refresh(model, refresh: int) -> None:
+    """prefix_kv_cache: recompute the prefix keys/values every `refresh` unmasking steps (1: every step, exact)."""
+    if isinstance(refresh, bool) or not isinstance(refresh, int) or refresh < 1:
+        raise ValueError(f"prefix refresh {refresh!r} must be an integer >= 1 (1 recomputes the prefix every step)")
+    model.__dict__[REFRESH_ATTR] = refresh
+
+
+def set_max_padding(model, fraction: float) -> None:
+    """Let trimmed rows (trimmed_cfg, batch_invariant) share a forward when padding each to the longest costs at
+    most `fraction` of its width: fewer, larger forwards for a batch of mixed lengths, which launch-bound devices
+    want. 0 (the default): rows of equal length only. Bit-exact either way on CPU (rows are independent in every
+    GEMM, and attention reduces over the same keys)."""
+    if not 0.0 <= fraction < 1.0:
+        raise ValueError(f"max padding {fraction!r} must be in [0, 1): the share of a row's width that may be padding")
+    model.__dict__[PADDING_ATTR] = float(fraction)
+
+
+def index_targets(group: Group, offsets: list) -> Group:
+    """Index tensors that move every row's target frames in one op (a short row repeats its last frame, so
+    gathers and scatters stay in bounds and a repeated write writes the same value). offsets: each item's
+    first column in the packed logits [2, C, sum(t_len), V]."""
+    device = group.input_ids.device
+    T = max(r.length for r in group.rows)
+    frames = torch.stack([torch.arange(T).clamp(max=r.length - 1) for r in group.rows])  # [G, T]
+    starts = torch.tensor([r.start for r in group.rows])[:, None]  # [G, 1]
+    first = torch.tensor([offsets[r.item] for r in group.rows])[:, None]  # [G, 1]
+    group.frames, group.positions, group.packed = frames.to(device), (starts + frames).to(device), (first + frames).to(device)
+    group.items = torch.tensor([r.item for r in group.rows], device=device)
+    group.kinds = torch.tensor([0 if r.cond else 1 for r in group.rows], device=device)
+    return group
+
+
+def unmasking_schedules(target_lens, gen_config, num_codebooks):
+    """Tokens to unmask per step for each item, as upstream computes them."""
+    from omnivoice.models.omnivoice import _get_time_steps
+
+    timesteps = _get_time_steps(
+        t_start=0.0, t_end=1.0, num_step=gen_config.num_step, t_shift=gen_config.t_shift
+    ).tolist()
+    schedules = []
+    for t_len in target_lens:
+        total = t_len * num_codebooks
+        rem, sched = total, []
+        for step in range(gen_config.num_step):
+            if step == gen_config.num_step - 1:
+                num = rem
+            else:
+                num = min(math.ceil(total * (timesteps[step + 1] - timesteps[step])), rem)
+            sched.append(int(num))
+            rem -= int(num)
+        schedules.append(sched)
+    return schedules
+
+
+def padded_groups(model, inputs_list, c_lens, t_lens):
+    """Stock layout: one batch of 2B rows padded to max(c_lens), masks exactly as upstream builds them."""
+    B, C, device = len(inputs_list), model.config.num_audio_codebook, model.device
+    max_c = max(c_lens)
+    ids = torch.full((2 * B, C, max_c), model.config.audio_mask_id, dtype=torch.long, device=device)
+    audio_mask = torch.zeros((2 * B, max_c), dtype=torch.bool, device=device)
+    attention = torch.zeros((2 * B, 1, max_c, max_c), dtype=torch.bool, device=device)
+    rows = [None] * (2 * B)
+    for i, inp in enumerate(inputs_list):
+        c_len, u_len = c_lens[i], t_lens[i]
+        ids[i, :, :c_len] = inp["input_ids"]
+        audio_mask[i, :c_len] = inp["audio_mask"]
+        attention[i, :, :c_len, :c_len] = True
+        ids[B + i, :, :u_len] = inp["input_ids"][..., -u_len:]
+        audio_mask[B + i, :u_len] = inp["audio_mask"][..., -u_len:]
+        attention[B + i, :, :u_len, :u_len] = True
+        if max_c > u_len:
+            pad = torch.arange(u_len, max_c, device=device)
+            attention[B + i, :, pad, pad] = True
+        rows[i] = Row(i, True, c_len - u_len, u_len)
+        rows[B + i] = Row(i, False, 0, u_len)
+    return [Group(rows, ids, audio_mask, attention)]
+
+
+def trimmed_groups(model, inputs_list, c_lens, t_lens, max_padding: float = 0.0, own_width: bool = False,
+                   by_start: bool = False):
+    """Each row at its own length; rows share a batch when padding them to the longest costs each at most
+    `max_padding` of the batch width (0: equal lengths only).
+
+    The attention mask is [G, 1, W, P]: True on the row's own keys, False on the key padding that
+    `padded_key_attention` adds, so every query reduces over P keys: the stock batch's width max(c_lens), or with
+    `own_width` the row's item's own c_len, the width a batch-1 call of that item reduces over. With `by_start`,
+    only rows whose target starts at the same position share a batch (one prefix length per batch, for
+    prefix_kv_cache).
+    """
+    max_c = max(c_lens)
+    C, mask_id = model.config.num_audio_codebook, model.config.audio_mask_id
+    members = []  # (row, input_ids [1, C, length], audio_mask [1, length], key width P)
+    for i, inp in enumerate(inputs_list):
+        u, width = t_lens[i], (c_lens[i] if own_width else max_c)
+        members.append((Row(i, True, c_lens[i] - u, u), inp["input_ids"], inp["audio_mask"], width))
+    for i, inp in enumerate(inputs_list):
+        u, width = t_lens[i], (c_lens[i] if own_width else max_c)
+        members.append((Row(i, False, 0, u), inp["input_ids"][..., -u:], inp["audio_mask"][..., -u:], width))
+    row_len = lambda m: m[1].size(-1)  # noqa: E731
+    buckets: list = []  # longest rows first; a row joins the last bucket of its key width if the padding allows
+    order = (lambda m: (m[3], -row_len(m), m[0].start)) if by_start else (lambda m: (m[3], -row_len(m)))
+    for m in sorted(members, key=order):  # stable: cond rows before uncond at a tie
+        last = buckets[-1] if buckets else None
+        same_start = not by_start or (last and last[0][0].start == m[0].start)
+        if last and same_start and last[0][3] == m[3] and row_len(last[0]) - row_len(m) <= max_padding * row_len(last[0]):
+            last.append(m)
+        else:
+            buckets.append([m])
+    groups = []
+    for bucket in buckets:
+        rows, P = [m[0] for m in bucket], bucket[0][3]
+        width = max(row_len(bucket[0]), min(MIN_ROWS, P))
+        ids = torch.full((len(rows), C, width), mask_id, dtype=torch.long, device=model.device)  # [G, C, W]
+        audio_mask = torch.zeros((len(rows), width), dtype=torch.bool, device=model.device)  # [G, W]
+        attention = torch.zeros((len(rows), 1, width, P), dtype=torch.bool, device=model.device)  # [G, 1, W, P]
+        for g, (_, row_ids, row_mask, _) in enumerate(bucket):
+            length = row_ids.size(-1)
+            ids[g, :, :length] = row_ids[0]
+            audio_mask[g, :length] = row_mask[0]
+            attention[g, :, :length, :length] = True
+            pad = torch.arange(length, width, device=model.device)
+            attention[g, :, pad, pad] = True  # a padding query attends to itself only, as upstream's do
+        groups.append(Group(rows, ids, audio_mask, attention))
+    return groups
+
+
+def audio_logits(model, hidden):
+    """The audio heads as upstream applies them: hidden [G, T, H] -> float32 logits [G, T, C, V]."""
+    G, T, H = hidden.shape
+    flat = hidden.reshape(G * T, H)
+    if G * T < MIN_ROWS:  # zero rows up to MIN_ROWS: the GEMM kernel of stock's large batch
+        flat = torch.nn.functional.pad(flat, (0, 0, 0, MIN_ROWS - G * T))
+    out = model.audio_heads(flat)[: G * T]  # [G * T, C * V]
+    C, V = model.config.num_audio_codebook, model.config.audio_vocab_size
+    return out.view(G, T, C, V).to(torch.float32)
+
+
+def group_embeds(model, group: Group, flags):
+    """inputs_embeds [G, L, H]; with static_prefix the prefix is embedded once and each step re-embeds only the
+    target frames (gathered, embedded, scattered back)."""
+    if "static_prefix" not in flags:
+        return model._prepare_embed_inputs(group.input_ids, group.audio_mask)
+    if group.embeds is None:
+        group.embeds = model._prepare_embed_inputs(group.input_ids, group.audio_mask).clone()
+        return group.embeds
+    G, C = group.input_ids.shape[:2]
+    rows = torch.arange(G, device=group.embeds.device)[:, None]  # [G, 1]
+    ids = group.input_ids.gather(2, group.positions[:, None, :].expand(G, C, -1))  # [G, C, T]
+    mask = group.audio_mask.gather(1, group.positions)  # [G, T]
+    group.embeds[rows, group.positions] = model._prepare_embed_inputs(ids, mask)  # [G, T, H]
+    return group.embeds
+
+
+def group_logits(model, group: Group, flags, step: int = 0):
+    """Float32 logits at every row's target frames: [G, T, C, V] (frames past a row's t_len repeat its last)."""
+    rows = torch.arange(len(group.rows), device=group.input_ids.device)[:, None]  # [G, 1]
+    if not ({"sliced_heads", "static_prefix", "prefix_kv_cache"} & flags):
+        logits = model(
+            input_ids=group.input_ids, audio_mask=group.audio_mask, attention_mask=group.attention_mask
+        ).logits.to(torch.float32)  # [G, C, L, V]
+        return logits[rows, :, group.positions]  # [G, T, C, V]
+
+    # as upstream OmniVoice.forward, with the heads applied separately
+    embeds = group_embeds(model, group, flags)
+    if "prefix_kv_cache" in flags and group.rows[0].start > 0:
+        hidden, first = prefix_cached_llm(model, group, embeds, step)  # hidden covers positions first..W-1
+    else:
+        hidden, first = model.llm(
+            inputs_embeds=embeds, attention_mask=group.attention_mask, return_dict=True, position_ids=None
+        )[0], 0
+    if "sliced_heads" in flags:
+        return audio_logits(model, hidden[rows, group.positions - first])  # heads on [G, T, H] only
+    return audio_logits(model, hidden)[rows, group.positions - first]
+
+
+def prefix_cached_llm(model, group: Group, embeds, step: int):
+    """prefix_kv_cache (lossy): the LLM over a batch of conditional rows that share one prefix length `start`.
+
+    At a refresh step (every `refresh` steps, from step 0) the whole rows run, as without the cache, and each
+    layer's keys/values of the prefix positions are kept. At the other steps only the target positions run: their
+    queries attend over the kept prefix keys/values and their own fresh ones. Stale, because the prefix's keys and
+    values depend on the target tokens through bidirectional attention, and those change every step; refresh 1
+    is the exact computation. Returns (hidden [G, W - first, H], first).
+    """
+    from transformers import DynamicCache
+
+    start, refresh = group.rows[0].start, model.__dict__.get(REFRESH_ATTR, DEFAULT_REFRESH)
+    if refresh == 1:
+        hidden = model.llm(inputs_embeds=embeds, attention_mask=group.attention_mask, return_dict=True)[0]
+        return hidden, 0
+    if group.prefix_kv is None or step % refresh == 0:
+        cache = DynamicCache(config=model.llm.config)
+        hidden = model.llm(inputs_embeds=embeds, attention_mask=group.attention_mask, cache=cache, use_cache=True,
+                           return_dict=True)[0]
+        keep_prefix(cache, start)  # keys/values of the prefix positions only: [G, kv_heads, start, d] per layer
+        group.prefix_kv = cache
+        return hidden, 0
+    W = embeds.size(1)
+    hidden = model.llm(
+        inputs_embeds=embeds[:, start:],  # [G, W - start, H]; positions continue from the cache's length
+        attention_mask=group.attention_mask[:, :, start:, :W],  # [G, 1, W - start, W]: kept prefix + own keys
+        cache=group.prefix_kv, use_cache=True, return_dict=True,
+    )[0]
+    keep_prefix(group.prefix_kv, start)  # drop this step's target keys/values again
+    return hidden, start
+
+
+def keep_prefix(cache, start: int) -> None:
+    extra = cache.get_seq_length() - start
+    if extra > 0:
+        cache.crop(-extra)  # transformers >= 5: crop(-n) removes the last n positions
+
+
+def gumbel_noise(uniform):
+    """upstream `_gumbel_sample`'s noise for given uniforms (its rand_like draw made by the caller)."""
+    return -torch.log(-torch.log(uniform + 1e-10) + 1e-10)
+
+
+def unmask_one_by_one(model, tokens, logits, ks, t_lens, offsets, gen_config, layer_ids):
+    """Upstream's per-item scoring and unmasking, verbatim. tokens [B, C, T_max] updated in place; logits
+    [2, C, sum(t_len), V]: conditional, unconditional, items packed along the frame axis."""
+    from omnivoice.models.omnivoice import _gumbel_sample
+
+    mask_id = model.config.audio_mask_id
+    for i, (k, t_len, first) in enumerate(zip(ks, t_lens, offsets)):
+        if k <= 0:
+            continue
+        frames = slice(first, first + t_len)
+        pred_tokens, scores = model._predict_tokens_with_scoring(
+            logits[0:1, :, frames], logits[1:2, :, frames], gen_config
+        )
+        scores = scores - (layer_ids * gen_config.layer_penalty_factor)
+        if gen_config.position_temperature > 0.0:
+            scores = _gumbel_sample(scores, gen_config.position_temperature)
+        sample_tokens = tokens[i : i + 1, :, :t_len]
+        scores.masked_fill_(sample_tokens != mask_id, -float("inf"))
+        _, topk_idx = torch.topk(scores.flatten(), k)
+        flat_tokens = sample_tokens.flatten()
+        flat_tokens[topk_idx] = pred_tokens.flatten()[topk_idx]
+        sample_tokens.copy_(flat_tokens.view_as(sample_tokens))
+        tokens[i : i + 1, :, :t_len] = sample_tokens
+
+
+ONE_DRAW_DEVICES = ("cpu",)  # where one random draw for the batch equals upstream's per-item draws
+SCORE_RUN_ELEMENTS = 1 << 20  # logits per scoring call on CPU (4 MiB): larger ones spill the cache and page-fault
+
+
+def score_runs(model, logits, spans, gen_config):
+    """upstream `_predict_tokens_with_scoring` on the packed logits of the given items ((first column, t_len) each,
+    in item order) -> pred_tokens, scores [1, C, N]. On CPU, consecutive items are scored together up to
+    SCORE_RUN_ELEMENTS logits per call (row-wise work, so runs change no value); elsewhere in one call."""
+    C, V = logits.size(1), logits.size(3)
+    limit = SCORE_RUN_ELEMENTS if logits.device.type == "cpu" else float("inf")
+    runs, run = [], []
+    for first, t_len in spans:
+        if run and C * V * (sum(n for _, n in run) + t_len) > limit:
+            runs.append(run)
+            run = []
+        run.append((first, t_len))
+    runs.append(run)
+    preds, scores = [], []
+    for run in runs:
+        (start, _), (end, last) = run[0], run[-1]
+        contiguous = end + last - start == sum(n for _, n in run)
+        if contiguous:
+            cols = slice(start, end + last)
+        else:
+            cols = torch.cat([torch.arange(a, a + n, device=logits.device) for a, n in run])
+        pred, score = model._predict_tokens_with_scoring(logits[0:1, :, cols], logits[1:2, :, cols], gen_config)
+        preds.append(pred)
+        scores.append(score)
+    if len(runs) == 1:
+        return preds[0], scores[0]
+    return torch.cat(preds, dim=2), torch.cat(scores, dim=2)
+
+
+def unmask_batched(model, tokens, logits, ks, t_lens, offsets, gen_config, layer_ids):
+    """The same step for all items at once: one scoring call on the packed logits [1, C, sum(t_len), V] (no
+    padding: the per-row work over the vocabulary is done once per real frame), one draw of random numbers, one
+    top-k over [A, C * T_max] with a k per item. tokens [B, C, T_max] updated in place.
+
+    Same random numbers: upstream draws rand_like([1, C, t_len]) per active item, in item order; one draw of the
+    same count, read in that order, is the same numbers on CPU (torch's CPU generator fills sequentially). On
+    CUDA the Philox offset advances per call by an amount that depends on the call's size, so there the items
+    keep one draw each (one small kernel per item and step, instead of upstream's twenty).
+    Same selection: top-k of the same scores, unless two candidates tie exactly at the k-th place (top-k breaks
+    ties by position, and positions are numbered over T_max here, over t_len upstream).
+    """
+    mask_id, device = model.config.audio_mask_id, tokens.device
+    active = [i for i, k in enumerate(ks) if k > 0]
+    if not active:
+        return
+    lens = torch.tensor([t_lens[i] for i in active], device=device)  # [A]
+    pred_tokens, scores = score_runs(model, logits, [(offsets[i], t_lens[i]) for i in active], gen_config)  # [1, C, N]
+    scores = scores - (layer_ids * gen_config.layer_penalty_factor)
+    C, N = scores.shape[1:]
+    first = torch.cumsum(lens, 0) - lens  # [A] first packed column of each active item
+    item = torch.repeat_interleave(torch.arange(len(active), device=device), lens)  # [N]
+    if gen_config.position_temperature > 0.0:
+        frame = torch.arange(N, device=device) - first[item]  # [N]
+        # column n of codebook c is element c * t_len + frame of its item's [C, t_len] draw
+        order = C * first[item] + torch.arange(C, device=device)[:, None] * lens[item] + frame  # [C, N]
+        if device.type in ONE_DRAW_DEVICES:  # the CPU generator fills sequentially: one call, per-item numbers
+            uniform = torch.rand(C * N, dtype=scores.dtype, device=device)
+        else:  # CUDA's Philox offset advances per call by an amount set by the call's size: one call per item
+            uniform = torch.cat([torch.rand(C * t_lens[i], dtype=scores.dtype, device=device) for i in active])
+        uniform = uniform[order]
+        scores = scores / gen_config.position_temperature + gumbel_noise(uniform)
+    # packed [1, C, N] -> per item [A, C, T]; frames past an item's t_len repeat its last and are masked below
+    T = tokens.size(2)
+    column = first[:, None] + torch.minimum(torch.arange(T, device=device)[None, :], lens[:, None] - 1)  # [A, T]
+    scores = scores[0][:, column].transpose(0, 1)  # [A, C, T]
+    pred_tokens = pred_tokens[0][:, column].transpose(0, 1)
+    index = torch.tensor(active, device=device)
+    sample_tokens = tokens[index]  # [A, C, T]
+    real = (torch.arange(T, device=device)[None, :] < lens[:, None])[:, None, :]  # [A, 1, T]
+    scores.masked_fill_((sample_tokens != mask_id) | ~real, -float("inf"))
+    k = torch.tensor([ks[i] for i in active], device=device)
+    top = torch.topk(scores.reshape(len(active), C * T), max(ks[i] for i in active)).indices  # [A, k_max] best first
+    chosen = torch.zeros(len(active), C * T, dtype=torch.bool, device=device)
+    chosen.scatter_(1, top, torch.arange(top.size(1), device=device)[None, :] < k[:, None])
+    tokens[index] = torch.where(chosen.view(-1, C, T), pred_tokens, sample_tokens)
+
+
+def generate_iterative(model, task, gen_config):
+    """Drop-in for `OmniVoice._generate_iterative(task, gen_config)`; returns a list of [C, t_len] tokens."""
+    flags = effective_flags(model, model.__dict__.get(FLAGS_ATTR, set()))
+    B, C, mask_id = task.batch_size, model.config.num_audio_codebook, model.config.audio_mask_id
+    V, device = model.config.audio_vocab_size, model.device
+    inputs_list = [
+        model._prepare_inference_inputs(
+            task.texts[i], task.target_lens[i], task.ref_texts[i], task.ref_audio_tokens[i],
+            task.langs[i], task.instructs[i], gen_config.denoise,
+        )
+        for i in range(B)
+    ]
+    c_lens = [inp["input_ids"].size(2) for inp in inputs_list]
+    t_lens = list(task.target_lens)
+    offsets = [sum(t_lens[:i]) for i in range(B)]
+    if set(TRIMMED_LAYOUT) & flags:
+        layout = trimmed_groups(model, inputs_list, c_lens, t_lens, max_padding=model.__dict__.get(PADDING_ATTR, 0.0),
+                                own_width="batch_invariant" in flags, by_start="prefix_kv_cache" in flags)
+    else:
+        layout = padded_groups(model, inputs_list, c_lens, t_lens)
+    groups = [index_targets(g, offsets) for g in layout]
+
+    tokens = torch.full((B, C, max(t_lens)), mask_id, dtype=torch.long, device=device)  # [B, C, T_max]
+    logits = torch.zeros((2, C, sum(t_lens), V), dtype=torch.float32, device=device)  # cond, uncond; items packed
+    schedules = unmasking_schedules(t_lens, gen_config, C)
+    layer_ids = torch.arange(C, device=device).view(1, -1, 1)
+    # class_temperature > 0 draws noise inside upstream's _predict_tokens_with_scoring (rand_like of the item's
+    # logits, before the item's position noise); a batched call would draw it in another order
+    unmask = unmask_batched if "batched_scoring" in flags and gen_config.class_temperature <= 0.0 else unmask_one_by_one
+
+    for step in range(gen_config.num_step):
+        for group in groups:
+            logits[group.kinds[:, None], :, group.packed] = group_logits(model, group, flags, step)  # [G, T, C, V]
+        unmask(model, tokens, logits, [s[step] for s in schedules], t_lens, offsets, gen_config, layer_ids)
+        for group in groups:  # the new tokens into every row: input_ids[g, :, positions[g]] = tokens[item, :, frames]
+            rows = torch.arange(len(group.rows), device=device)[:, None]
+            group.input_ids[rows, :, group.positions] = tokens[group.items[:, None], :, group.frames]  # [G, T, C]
+
+    return [tokens[i, :, : t_lens[i]] for i in range(B)]
+
+
+PADDED_ATTENTION = "fastpath_padded_keys|"  # + the implementation it wraps, e.g. "fastpath_padded_keys|sdpa"
+
+
+def padded_key_attention(inner: str):
+    """An attention function that zero-pads keys/values up to the mask's width, then calls `inner`."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    def attention(module, query, key, value, attention_mask, **kwargs):
+        # query: [G, heads, L, d]; key/value: [G, kv_heads, L, d]; attention_mask: [G, 1, L, P], P >= L
+        # (prefix_kv_cache's cached steps pass fewer queries than keys, with a mask as wide as the keys: as is)
+        L = query.size(2)
+        pad = 0 if attention_mask is None or attention_mask.dim() != 4 else attention_mask.size(-1) - key.size(2)
+        if pad <= 0:
+            return ALL_ATTENTION_FUNCTIONS[inner](module, query, key, value, attention_mask, **kwargs)
+        pad_seq = (0, 0, 0, pad)  # zero rows appended along the sequence dim
+        query, key, value = (torch.nn.functional.pad(t, pad_seq) for t in (query, key, value))
+        attention_mask = torch.nn.functional.pad(attention_mask, (0, 0, 0, pad), value=False)  # [G, 1, P, P]
+        out, weights = ALL_ATTENTION_FUNCTIONS[inner](module, query, key, value, attention_mask, **kwargs)
+        return out[:, :L], weights  # out: [G, P, heads, d] -> the real query rows
+
+    return attention
+
+
+def install_padded_key_attention(model) -> None:
+    """Point this model's LLM at the padding wrapper of its current attention implementation."""
+    from transformers import AttentionInterface
+
+    current = model.llm.config._attn_implementation
+    if current.startswith(PADDED_ATTENTION):
+        return
+    name = PADDED_ATTENTION + current
+    AttentionInterface.register(name, padded_key_attention(current))  # adds a name; changes no existing one
+    model.llm.set_attn_implementation(name)
+
+
+def remove_padded_key_attention(model) -> None:
+    current = model.llm.config._attn_implementation
+    if current.startswith(PADDED_ATTENTION):
+        model.llm.set_attn_implementation(current[len(PADDED_ATTENTION):])

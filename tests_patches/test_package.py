@@ -1,0 +1,81 @@
+"""The wheel is the patch package alone, it works outside the checkout, and the layers import downwards only.
+
+Layers, lowest first: fastpath.instance and fastpath.fingerprints (leaves) < the rest of fastpath < harness < the
+tiers. Nothing in fastpath imports harness; nothing imports in a circle.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import zipfile
+
+from harness import REPO_ROOT
+from harness.checkpoint import build_checkpoint
+
+
+def test_the_wheel_holds_the_patches_and_needs_torch_and_omnivoice_alone(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(tmp_path), str(REPO_ROOT)], check=True, capture_output=True, timeout=300)
+    (wheel,) = tmp_path.glob("fastpath-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names} == {"fastpath", wheel.name.split("-py")[0] + ".dist-info"}, names
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("/METADATA"))).decode()
+    requires = sorted(line.split(":", 1)[1].split(">")[0].split("=")[0].strip() for line in metadata.splitlines()
+                      if line.startswith("Requires-Dist:"))
+    assert requires == ["omnivoice", "torch"], requires
+    unpacked = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(unpacked)
+    # outside the checkout, fastpath from the unpacked wheel only: load, apply, generate, revert
+    code = (
+        "import fastpath, sys\n"
+        f"assert fastpath.__file__.startswith({str(unpacked)!r}), fastpath.__file__\n"
+        "from omnivoice import OmniVoice\n"
+        f"model = OmniVoice.from_pretrained({str(build_checkpoint('tiny'))!r})\n"
+        "assert fastpath.apply(model) == list(fastpath.LOSSLESS)\n"
+        "model.generate(text='Hello.', language='en', num_step=2)\n"
+        "assert fastpath.revert(model) == []\n"
+        "assert 'harness' not in sys.modules\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": str(unpacked), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+def imports(path, modules) -> set:
+    """The first-party modules (of `modules`) a file imports, function-level imports included: `from a import b`
+    counts as a.b where that is a module, else as a."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            subs = {f"{node.module}.{a.name}" for a in node.names} & modules
+            out.update(subs or {node.module})
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return out & modules
+
+
+def module_name(path) -> str:
+    parts = path.relative_to(REPO_ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_layers_import_downwards_and_nothing_in_a_circle():
+    files = {module_name(p): p for root in ("fastpath", "harness") for p in (REPO_ROOT / root).rglob("*.py")}
+    graph = {name: imports(path, set(files)) - {name} for name, path in files.items()}
+    upward = {name: sorted(m for m in deps if m.startswith("harness")) for name, deps in graph.items()
+              if name.startswith("fastpath")}
+    assert not any(upward.values()), f"the patches import the harness: {upward}"
+    for leaf in ("fastpath.instance", "fastpath.fingerprints"):
+        assert not graph[leaf], f"{leaf} must be a leaf, imports {graph[leaf]}"
+    # a circle: some module reaches itself through its imports (function-level imports included)
+    for start in graph:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            m = todo.pop()
+            assert m != start, f"import circle through {start}"
+            if m not in seen:
+                seen.add(m)
+                todo.extend(graph.get(m, ()))
