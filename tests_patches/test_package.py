@@ -7,6 +7,7 @@ tiers. Nothing in fastpath imports harness; nothing imports in a circle.
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -16,8 +17,11 @@ from harness.checkpoint import build_checkpoint
 
 
 def test_the_wheel_holds_the_patches_and_needs_torch_and_omnivoice_alone(tmp_path):
+    source = tmp_path / "src"  # a copy: building in the checkout would leave build/ there
+    shutil.copytree(REPO_ROOT, source, ignore=lambda d, names: [n for n in names if n in (
+        ".git", ".venv", ".cache", "out", "build", "__pycache__") or n.endswith(".egg-info")])
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(tmp_path), str(REPO_ROOT)], check=True, capture_output=True, timeout=300)
+                    str(tmp_path), str(source)], check=True, capture_output=True, timeout=300)
     (wheel,) = tmp_path.glob("fastpath-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"fastpath", wheel.name.split("-py")[0] + ".dist-info"}, names
