@@ -56,8 +56,8 @@ _PROBED: dict = {}  # (K, N, threads, dtype) -> bool: gemm_rows_independent's me
 
 def gemm_rows_independent(model) -> bool:
     """Whether `nn.functional.linear` gives every row the same bits whatever the number of rows (>= MIN_ROWS) and
-    the row's place in the call, on the LLM's own projection shapes (q_proj, down_proj; up to 256 output
-    features). Measured once per shape and thread count in this process; always True off the CPU, where no
+    the row's place in the call, on the model's own shapes (q_proj, down_proj and the audio heads; up to 256
+    output features). Measured once per shape and thread count in this process; always True off the CPU, where no
     patch claims bit-exactness. 16 to 39 rows at three offsets in an 88-row call: every residue of the kernels'
     row blocks (6 for MKL's AVX2 kernel, 8 / 16 / 24 for others)."""
     layer = model.llm.layers[0]
