@@ -108,11 +108,10 @@ def disable(model, feature: str) -> None:
 
 def effective_flags(model, flags) -> set:
     """The switches a generate runs with: `flags`, less trimmed_cfg and sliced_heads where this machine's GEMM rows
-    depend on the row count (they would not be bit-exact; noted on the model). trimmed_cfg stays when an opt-in
-    switch needs its layout (prefix_kv_cache is approximate anyway; batch_invariant refuses such a machine)."""
+    depend on the row count (they would not be bit-exact). trimmed_cfg stays when an opt-in switch needs its layout
+    (prefix_kv_cache is approximate anyway; batch_invariant refuses such a machine). Reads the model, changes nothing."""
     flags = set(flags)
     if set(ROW_COUNT_EXACT) & flags and not gemm_rows_independent(model):
-        note_inexact_rows(model)
         flags.discard("sliced_heads")
         if not {"batch_invariant", "prefix_kv_cache"} & flags:
             flags.discard("trimmed_cfg")
@@ -483,7 +482,10 @@ def unmask_batched(model, tokens, logits, ks, t_lens, offsets, gen_config, layer
 
 def generate_iterative(model, task, gen_config):
     """Drop-in for `OmniVoice._generate_iterative(task, gen_config)`; returns a list of [C, t_len] tokens."""
-    flags = effective_flags(model, model.__dict__.get(FLAGS_ATTR, set()))
+    switched_on = model.__dict__.get(FLAGS_ATTR, set())
+    flags = effective_flags(model, switched_on)
+    if flags != switched_on:
+        note_inexact_rows(model)
     B, C, mask_id = task.batch_size, model.config.num_audio_codebook, model.config.audio_mask_id
     V, device = model.config.audio_vocab_size, model.device
     inputs_list = [
