@@ -2,10 +2,10 @@
 
     fastpath.apply(model, fastpath.defaults(model))     # or defaults("cuda"), defaults(torch.device("mps"))
 
-A patch that loses on a device is off there. `trimmed_cfg` is off on CUDA: it runs the conditional and
-unconditional rows as separate, smaller batches, which wins where arithmetic is the bottleneck (CPU 1.42x, MPS
-1.18x) and loses where kernel launches are (0.64x on a T4 in fp16), all measured by omnivoice-fastpath
-(reference 001). Every number in a reason names its source; rows marked "not yet measured here" are to be
+A patch that loses on a device is off there. `trimmed_cfg` is off on CUDA: run as separate, smaller batches
+(omnivoice-fastpath's layout) it won where arithmetic is the bottleneck (CPU 1.42x, MPS 1.18x) and lost where
+kernel launches are (0.64x on a T4 in fp16), all measured by omnivoice-fastpath (reference 001). fastpath now
+packs the rows into one forward per step; until that is measured on a GPU it stays off there. Every number in a reason names its source; rows marked "not yet measured here" are to be
 replaced by the GPU tier's own measurements (`scripts/gpu_check.sh`).
 
 `FULL_PRESET` is what the speed targets call the full preset: the device's defaults plus 12 unmasking steps
@@ -33,8 +33,9 @@ _CUDA_ONLY = "a CUDA patch: inert on this device (every call goes to the stock c
 TABLE = {
     "trimmed_cfg": {
         "cpu": Default(ON, "bit-exact; 1.42x on CPU fp32 (reference 001)"),
-        "cuda": Default(OFF, "0.64x on a T4 in fp16 (reference 001): twice the kernel launches for fewer tokens, "
-                             "and batch-1 GPU forwards are launch-bound"),
+        "cuda": Default(OFF, "0.64x on a T4 in fp16 (reference 001) when it ran two forwards per step; it now packs "
+                             "the rows into one, which is not measured on CUDA yet, and the CUDA graph paths "
+                             "replay stock-shaped calls only"),
         "mps": Default(ON, "bit-exact on CPU; 1.18x on MPS fp16 (reference 001)"),
     },
     "sliced_heads": {

@@ -2,15 +2,17 @@
 
 Lossless (bit-exact on CPU fp32):
 - `trimmed_cfg`: stock runs the B conditional and B unconditional rows as one batch padded to the longest
-  conditional row; here each row runs at its own length (rows of equal length share a batch), so projections,
-  MLPs and heads do no work on padding. Only inside attention are queries, keys and values zero-padded back to
-  the stock width, behind a mask: the CPU SDPA kernel blocks queries and keys by count, and its reductions
-  round differently at other counts (max |diff| 1.5e-7 without the padding); attention is a small share of
-  the FLOPs at these lengths. Rows shorter than `MIN_ROWS` are padded to it: CPU GEMMs switch to another
-  kernel for very few rows (seen here for M <= 11), which rounds differently. This and sliced_heads need a GEMM
-  that gives a row the same bits whatever the number of rows in the call; `gemm_rows_independent` measures that
-  on the model's own shapes, and where it fails (MKL's AVX2 kernels on Intel processors round the tail rows of
-  their 6-row blocks differently) both run stock's layout instead and say so in `model._fastpath_warnings`.
+  conditional row; here every row of the step is packed back to back along the sequence axis of one forward
+  ([1, sum of row lengths], each row's positions counting from 0), so projections, MLPs and heads do no work on
+  padding and the step still streams the weights once. Only inside attention are the rows unpacked into stock's
+  [2B, heads, width, d] layout, zero-padded behind a mask: the CPU SDPA kernel blocks queries and keys by count,
+  and its reductions round differently at other counts (max |diff| 1.5e-7 without the padding); attention is a
+  small share of the FLOPs at these lengths. A packed forward shorter than `MIN_ROWS` positions is padded to it:
+  CPU GEMMs switch to another kernel for very few rows (seen here for M <= 11), which rounds differently. This
+  and sliced_heads need a GEMM that gives a row the same bits whatever the number of rows in the call;
+  `gemm_rows_independent` measures that on the model's own shapes, and where it fails (MKL's AVX2 kernels on
+  Intel processors round the tail rows of their 6-row blocks differently) both run stock's layout instead and
+  say so in `model._fastpath_warnings`.
 - `sliced_heads`: the audio heads (hidden -> 8 x 1025 logits) run only on the target positions the sampler
   reads, not on style, text and reference positions.
 - `static_prefix`: the input embedding of the static prefix (style, text, reference) is computed once per
@@ -20,7 +22,8 @@ Lossless (bit-exact on CPU fp32):
 
 Opt in:
 - `batch_invariant`: rows attend over their own item's length, not the batch's longest; each item then equals
-  a batch-1 call of it (deterministic settings), and a mixed-length batch costs what its items cost alone.
+  a batch-1 call of it (deterministic settings), and a mixed-length batch costs what its items cost alone. Rows
+  run as batches of equal length (`trimmed_groups`), one forward per distinct length.
 - `prefix_kv_cache` (lossy): the conditional rows' prefix keys/values are reused between refresh steps
   (`prefix_cached_llm`).
 
@@ -42,9 +45,9 @@ from fastpath.instance import WARNINGS_ATTR
 FEATURES = ("trimmed_cfg", "sliced_heads", "static_prefix", "batched_scoring", "batch_invariant", "prefix_kv_cache")
 FLAGS_ATTR = "_fastpath_loop"  # instance attribute: the set of switches that are on
 TRIMMED_LAYOUT = ("trimmed_cfg", "batch_invariant", "prefix_kv_cache")  # switches that run rows at own lengths
+GROUPED_LAYOUT = ("batch_invariant", "prefix_kv_cache")  # ... as batches of equal length; trimmed_cfg alone packs
 REFRESH_ATTR = "_fastpath_prefix_refresh"  # instance attribute: prefix_kv_cache's refresh interval in steps
 DEFAULT_REFRESH = 2  # the mildest staleness; agreement and speed per interval: README, baselines/prefix_kv_cache.json
-PADDING_ATTR = "_fastpath_max_padding"  # instance attribute: the padding trimmed rows may take to share a batch
 MIN_ROWS = 16  # no GEMM of fewer rows than this: small-M kernels round differently from stock's large batch
 ROW_COUNT_EXACT = ("trimmed_cfg", "sliced_heads")  # bit-exact only where a GEMM row ignores the call's row count
 INEXACT_ROWS = ("trimmed_cfg and sliced_heads run stock's layout on this machine (padded rows, heads on every "
@@ -101,7 +104,7 @@ def disable(model, feature: str) -> None:
     if feature in TRIMMED_LAYOUT and not set(TRIMMED_LAYOUT) & flags:
         remove_padded_key_attention(model)
     if not flags:
-        for attr in (FLAGS_ATTR, PADDING_ATTR, REFRESH_ATTR):
+        for attr in (FLAGS_ATTR, REFRESH_ATTR):
             model.__dict__.pop(attr, None)
         instance.restore(model, "_generate_iterative")
 
@@ -161,16 +164,6 @@ def set_prefix_refresh(model, refresh: int) -> None:
     if isinstance(refresh, bool) or not isinstance(refresh, int) or refresh < 1:
         raise ValueError(f"prefix refresh {refresh!r} must be an integer >= 1 (1 recomputes the prefix every step)")
     model.__dict__[REFRESH_ATTR] = refresh
-
-
-def set_max_padding(model, fraction: float) -> None:
-    """Let trimmed rows (trimmed_cfg, batch_invariant) share a forward when padding each to the longest costs at
-    most `fraction` of its width: fewer, larger forwards for a batch of mixed lengths, which launch-bound devices
-    want. 0 (the default): rows of equal length only. Bit-exact either way on CPU (rows are independent in every
-    GEMM, and attention reduces over the same keys)."""
-    if not 0.0 <= fraction < 1.0:
-        raise ValueError(f"max padding {fraction!r} must be in [0, 1): the share of a row's width that may be padding")
-    model.__dict__[PADDING_ATTR] = float(fraction)
 
 
 def index_targets(group: Group, offsets: list) -> Group:
@@ -234,10 +227,8 @@ def padded_groups(model, inputs_list, c_lens, t_lens):
     return [Group(rows, ids, audio_mask, attention)]
 
 
-def trimmed_groups(model, inputs_list, c_lens, t_lens, max_padding: float = 0.0, own_width: bool = False,
-                   by_start: bool = False):
-    """Each row at its own length; rows share a batch when padding them to the longest costs each at most
-    `max_padding` of the batch width (0: equal lengths only).
+def trimmed_groups(model, inputs_list, c_lens, t_lens, own_width: bool = False, by_start: bool = False):
+    """Each row at its own length; rows of equal length (and key width) share a batch.
 
     The attention mask is [G, 1, W, P]: True on the row's own keys, False on the key padding that
     `padded_key_attention` adds, so every query reduces over P keys: the stock batch's width max(c_lens), or with
@@ -255,12 +246,12 @@ def trimmed_groups(model, inputs_list, c_lens, t_lens, max_padding: float = 0.0,
         u, width = t_lens[i], (c_lens[i] if own_width else max_c)
         members.append((Row(i, False, 0, u), inp["input_ids"][..., -u:], inp["audio_mask"][..., -u:], width))
     row_len = lambda m: m[1].size(-1)  # noqa: E731
-    buckets: list = []  # longest rows first; a row joins the last bucket of its key width if the padding allows
+    buckets: list = []  # longest rows first; a row joins the last bucket if it has the same key width and length
     order = (lambda m: (m[3], -row_len(m), m[0].start)) if by_start else (lambda m: (m[3], -row_len(m)))
     for m in sorted(members, key=order):  # stable: cond rows before uncond at a tie
         last = buckets[-1] if buckets else None
         same_start = not by_start or (last and last[0][0].start == m[0].start)
-        if last and same_start and last[0][3] == m[3] and row_len(last[0]) - row_len(m) <= max_padding * row_len(last[0]):
+        if last and same_start and last[0][3] == m[3] and row_len(last[0]) == row_len(m):
             last.append(m)
         else:
             buckets.append([m])
@@ -280,6 +271,91 @@ def trimmed_groups(model, inputs_list, c_lens, t_lens, max_padding: float = 0.0,
             attention[g, :, pad, pad] = True  # a padding query attends to itself only, as upstream's do
         groups.append(Group(rows, ids, audio_mask, attention))
     return groups
+
+
+@dataclass
+class Packed:
+    """trimmed_cfg's layout: every row of a step back to back along the sequence axis of one forward.
+
+    The N packed positions hold the B conditional rows (item order), then the B unconditional rows, then, if the
+    rows add up to fewer than MIN_ROWS positions, a padding segment. Attention unpacks them into stock's layout:
+    R segments of P = max(c_lens) slots each (`slots`), masked as `attention_mask` says. Every target frame of
+    every row is listed once (M = 2 x sum(t_lens) frames) with where it sits in the forward (`targets`), which item,
+    kind and frame it is, and its column in the packed logits [2, C, sum(t_lens), V].
+    """
+
+    input_ids: torch.Tensor  # [1, C, N]
+    audio_mask: torch.Tensor  # [1, N]
+    position_ids: torch.Tensor  # [1, N]: each row's positions count from 0, as in stock's batch
+    attention_mask: torch.Tensor  # [R, 1, P, P] bool: stock's mask for each real row; self only on padding
+    slots: torch.Tensor  # [N]: slot of each packed position in the unpacked [R * P] attention batch
+    targets: torch.Tensor  # [M]: packed position of each target frame
+    items: torch.Tensor  # [M]
+    kinds: torch.Tensor  # [M]: 0 conditional, 1 unconditional
+    frames: torch.Tensor  # [M]: 0..t_len-1
+    columns: torch.Tensor  # [M]: item offset + frame
+    embeds: torch.Tensor | None = None  # [1, N, H], static_prefix only
+
+
+def packed_layout(model, inputs_list, c_lens, t_lens, offsets) -> Packed:
+    """The Packed layout of a batch (see Packed); offsets: each item's first column in the packed logits."""
+    B, C, device = len(inputs_list), model.config.num_audio_codebook, model.device
+    P = max(c_lens)
+    segments = [(inp["input_ids"][0], inp["audio_mask"][0]) for inp in inputs_list]  # conditional: [C, c], [c]
+    segments += [(inp["input_ids"][0, :, -t:], inp["audio_mask"][0, -t:]) for inp, t in zip(inputs_list, t_lens)]
+    lengths = [ids.size(-1) for ids, _ in segments]
+    pad = MIN_ROWS - sum(lengths)
+    while pad > 0:  # padding segments (at most P positions each): masked ids attending to themselves only
+        n = min(pad, P)
+        segments.append((torch.full((C, n), model.config.audio_mask_id, device=device),
+                         torch.zeros(n, dtype=torch.bool, device=device)))
+        lengths.append(n)
+        pad -= n
+    R = len(segments)
+    mask = torch.zeros((R, 1, P, P), dtype=torch.bool, device=device)
+    diagonal = torch.arange(P, device=device)
+    for r, n in enumerate(lengths):
+        real = n if r < 2 * B else 0
+        mask[r, :, :real, :real] = True  # a real row: all its own keys, as stock
+        mask[r, :, diagonal[real:], diagonal[real:]] = True  # padding queries: themselves only, as stock's
+    starts = torch.tensor([0] + lengths[:-1]).cumsum(0).tolist()  # packed position of each segment's first
+    targets, items, kinds, frames = [], [], [], []
+    for r in range(2 * B):
+        i, t = r % B, t_lens[r % B]
+        first = starts[r] + (lengths[r] - t)  # the target is the tail of both rows
+        targets.append(torch.arange(first, first + t))
+        items.append(torch.full((t,), i))
+        kinds.append(torch.full((t,), r // B))
+        frames.append(torch.arange(t))
+    items, frames = torch.cat(items), torch.cat(frames)
+    columns = torch.tensor(offsets)[items] + frames
+    return Packed(
+        input_ids=torch.cat([ids for ids, _ in segments], dim=1)[None],
+        audio_mask=torch.cat([m for _, m in segments])[None],
+        position_ids=torch.cat([torch.arange(n) for n in lengths])[None].to(device),
+        attention_mask=mask,
+        slots=torch.cat([torch.arange(n) + r * P for r, n in enumerate(lengths)]).to(device),
+        targets=torch.cat(targets).to(device), items=items.to(device), kinds=torch.cat(kinds).to(device),
+        frames=frames.to(device), columns=columns.to(device),
+    )
+
+
+def packed_logits(model, packed: Packed, flags):
+    """Float32 logits at every target frame of the packed forward: [M, C, V]."""
+    if "static_prefix" in flags and packed.embeds is not None:  # re-embed the target frames only
+        ids = packed.input_ids[0][:, packed.targets][None]  # [1, C, M]
+        mask = packed.audio_mask[:, packed.targets]  # [1, M]
+        packed.embeds[0, packed.targets] = model._prepare_embed_inputs(ids, mask)[0]
+        embeds = packed.embeds
+    else:
+        embeds = model._prepare_embed_inputs(packed.input_ids, packed.audio_mask)  # [1, N, H]
+        if "static_prefix" in flags:
+            packed.embeds = embeds = embeds.clone()
+    hidden = model.llm(inputs_embeds=embeds, attention_mask=packed.attention_mask, position_ids=packed.position_ids,
+                       fastpath_slots=packed.slots, return_dict=True)[0]  # [1, N, H]
+    if "sliced_heads" in flags:
+        return audio_logits(model, hidden[:, packed.targets])[0]  # heads on [1, M, H] only
+    return audio_logits(model, hidden)[0, packed.targets]
 
 
 def audio_logits(model, hidden):
@@ -498,9 +574,12 @@ def generate_iterative(model, task, gen_config):
     c_lens = [inp["input_ids"].size(2) for inp in inputs_list]
     t_lens = list(task.target_lens)
     offsets = [sum(t_lens[:i]) for i in range(B)]
-    if set(TRIMMED_LAYOUT) & flags:
-        layout = trimmed_groups(model, inputs_list, c_lens, t_lens, max_padding=model.__dict__.get(PADDING_ATTR, 0.0),
-                                own_width="batch_invariant" in flags, by_start="prefix_kv_cache" in flags)
+    packed = None
+    if set(GROUPED_LAYOUT) & flags:
+        layout = trimmed_groups(model, inputs_list, c_lens, t_lens, own_width="batch_invariant" in flags,
+                                by_start="prefix_kv_cache" in flags)
+    elif "trimmed_cfg" in flags:
+        packed, layout = packed_layout(model, inputs_list, c_lens, t_lens, offsets), []
     else:
         layout = padded_groups(model, inputs_list, c_lens, t_lens)
     groups = [index_targets(g, offsets) for g in layout]
@@ -516,7 +595,11 @@ def generate_iterative(model, task, gen_config):
     for step in range(gen_config.num_step):
         for group in groups:
             logits[group.kinds[:, None], :, group.packed] = group_logits(model, group, flags, step)  # [G, T, C, V]
+        if packed is not None:
+            logits[packed.kinds, :, packed.columns] = packed_logits(model, packed, flags)  # [M, C, V]
         unmask(model, tokens, logits, [s[step] for s in schedules], t_lens, offsets, gen_config, layer_ids)
+        if packed is not None:  # the new tokens into both rows of every item
+            packed.input_ids[0][:, packed.targets] = tokens[packed.items, :, packed.frames].T  # [C, M]
         for group in groups:  # the new tokens into every row: input_ids[g, :, positions[g]] = tokens[item, :, frames]
             rows = torch.arange(len(group.rows), device=device)[:, None]
             group.input_ids[rows, :, group.positions] = tokens[group.items[:, None], :, group.frames]  # [G, T, C]
@@ -531,7 +614,9 @@ def padded_key_attention(inner: str):
     """An attention function that zero-pads keys/values up to the mask's width, then calls `inner`."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    def attention(module, query, key, value, attention_mask, **kwargs):
+    def attention(module, query, key, value, attention_mask, fastpath_slots=None, **kwargs):
+        if fastpath_slots is not None:
+            return unpacked_attention(inner, module, query, key, value, attention_mask, fastpath_slots, **kwargs)
         # query: [G, heads, L, d]; key/value: [G, kv_heads, L, d]; attention_mask: [G, 1, L, P], P >= L
         # (prefix_kv_cache's cached steps pass fewer queries than keys, with a mask as wide as the keys: as is)
         L = query.size(2)
@@ -545,6 +630,26 @@ def padded_key_attention(inner: str):
         return out[:, :L], weights  # out: [G, P, heads, d] -> the real query rows
 
     return attention
+
+
+def unpacked_attention(inner: str, module, query, key, value, attention_mask, slots, **kwargs):
+    """Attention of a packed forward (Packed) as stock computes it: query [1, heads, N, d] and key/value
+    [1, kv_heads, N, d] scattered into zero-padded [R, heads, P, d] (in the memory order of stock's, a transpose
+    of [R, P, heads, d]), `inner` over that with the [R, 1, P, P] mask, and the packed positions gathered back:
+    out [1, N, heads, d]."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    R, P = attention_mask.size(0), attention_mask.size(-1)
+
+    def unpack(t):  # [1, h, N, d] -> [R, h, P, d]
+        h, d = t.size(1), t.size(3)
+        out = t.new_zeros(R * P, h, d)
+        out[slots] = t[0].transpose(0, 1)
+        return out.view(R, P, h, d).transpose(1, 2)
+
+    out, weights = ALL_ATTENTION_FUNCTIONS[inner](module, unpack(query), unpack(key), unpack(value), attention_mask,
+                                                  **kwargs)  # out: [R, P, heads, d]
+    return out.reshape(R * P, *out.shape[2:])[slots][None], weights
 
 
 def install_padded_key_attention(model) -> None:

@@ -74,7 +74,8 @@ def _register(*patches: Patch) -> dict:
 PATCHES = _register(
     Patch(
         "trimmed_cfg", True, ("cpu", "mps"), LOOP_RELIES_ON,
-        "Conditional and unconditional rows run at their own lengths instead of one padded batch.",
+        "Conditional and unconditional rows packed back to back into one forward per step, each at its own length, "
+        "instead of one batch padded to the longest row.",
         *_loop("trimmed_cfg"),
     ),
     Patch(

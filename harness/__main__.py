@@ -20,7 +20,10 @@ def main(argv=None) -> int:
                      help="a real OmniVoice checkpoint folder, or 'hf' (env FASTPATH_CHECKPOINT); default: built test checkpoint")
     rep.add_argument("--size", choices=("tiny", "full"), default="tiny", help="size of the built test checkpoint")
     rep.add_argument("--out", type=Path, default=Path("out"), help="folder for report.md and report.json")
-    rep.add_argument("--rounds", type=int_at_least(1), default=5, help="interleaved timing rounds per variant")
+    rep.add_argument("--rounds", type=int_at_least(1), default=3, help="interleaved timing rounds per variant")
+    rep.add_argument("--timing-size", choices=("tiny", "full"), default="full",
+                     help="built checkpoint the timing runs on (without --checkpoint): full, where compute dominates, "
+                          "or tiny, which measures per-call overhead only")
     args = parser.parse_args(argv)
 
     from harness.checkpoint import CheckpointError
@@ -28,7 +31,7 @@ def main(argv=None) -> int:
 
     try:
         report = run_report(args.checkpoint, args.size, args.out, args.rounds,
-                            "python -m harness " + " ".join(shlex.quote(a) for a in argv))
+                            "python -m harness " + " ".join(shlex.quote(a) for a in argv), args.timing_size)
     except CheckpointError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -1,8 +1,12 @@
-"""The suite's report on one checkpoint: which patches apply, parity verdicts, work counters, a timing ratio.
+"""The suite's report on one checkpoint: which patches apply, parity verdicts, work counters, timing.
 
-    python -m harness report                      # the built tiny test checkpoint, CPU fp32
+    python -m harness report                      # built test checkpoints, CPU fp32
     python -m harness report --checkpoint PATH    # a real OmniVoice checkpoint
 
+Parity and work run on the checkpoint (default: the tiny test checkpoint). Timing runs where compute dominates:
+the full-size test checkpoint (Qwen3-0.6B dimensions; `--timing-size tiny` for a quick look at per-call
+overhead only), or the given real checkpoint; stock, the public omnivoice-fastpath 0.1.0 when installed (the
+`peers` extra) and the lossless stack, interleaved, with each one's FLOP bound (harness.speed.bench).
 Writes `out/report.md` and `out/report.json`; exits 1 when a lossless patch is not bit-exact or does not apply.
 """
 
@@ -18,10 +22,13 @@ from harness import machine
 from harness.checkpoint import load_model, resolve_checkpoint
 from harness.parity import POINTS, compare_runs, record_generation, resolve_point
 from harness.points import point
-from harness.speed.measure import count_work, interleaved
+from harness.speed import bench
+from harness.speed.measure import count_work
 
 REPORT_POINTS = ("auto_voice", "voice_clone_audio", "batch_of_3", "long_chunked")
 WORK_POINT = "clone6-medium-32"
+# a short auto-voice request (where trimming used to lose) and voice cloning with the 6.5 s reference
+TIMING_POINTS = ("auto-short-10", "clone6-medium-16")
 
 
 def check_patches() -> list:
@@ -59,12 +66,24 @@ def measure_work(model) -> dict:
     return {"point": WORK_POINT, "stock": stock, "fastpath": fast}
 
 
-def measure_ratio(model, rounds: int) -> dict:
-    kwargs = point(WORK_POINT).generate_kwargs(model)
-    samples = interleaved(model, {"stock": (), "fastpath": fastpath.LOSSLESS}, kwargs, rounds)
-    return {"point": WORK_POINT, "rounds": rounds,
-            **{k: {"median_rtf": s.median, "iqr": s.iqr, "first_call_s": s.first_call_seconds} for k, s in samples.items()},
-            "ratio": samples["stock"].median / samples["fastpath"].median}
+def peer_installed() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(module) is not None for module, _ in bench.PEERS.values())
+
+
+def measure_timing(ckpt, rounds: int) -> dict:
+    """TIMING_POINTS on `ckpt`, CPU fp32: stock, the public package if installed, the lossless stack."""
+    names = ["stock"] + (["peer"] if peer_installed() else []) + ["lossless"]
+    specs = {s.name: s for s in (bench.parse_variant(n, "cpu", "fp32") for n in names)}
+    variants = bench.build_variants(ckpt, list(specs.values()), "cpu")
+    results = bench.run_variant_bench(variants, TIMING_POINTS, rounds)
+    flops = bench.flop_bounds(variants, TIMING_POINTS)
+    return {"checkpoint": f"{ckpt.identity} ({ckpt.kind})", "rounds": rounds, "peer_installed": "peer" in names,
+            "table": bench.format_table(results, specs, machine.summary(), flops),
+            "results": {p: {v: {"median_rtf": s.median, "iqr": s.iqr, "first_call_s": s.first_call_seconds}
+                            for v, s in r.items()} for p, r in results.items()},
+            "flops": flops}
 
 
 def render_report(report: dict) -> str:
@@ -85,17 +104,21 @@ def render_report(report: dict) -> str:
         fast = w["fastpath"][key]
         out.append(f"| {key} | {value:,} | {fast:,} | {fast / value:.3f} |" if value else f"| {key} | {value} | {fast} | - |")
     r = report["timing"]
-    out += ["", f"## Timing ({r['point']}, {r['rounds']} interleaved rounds after one warm-up each)", "",
-            f"Median RTF stock {r['stock']['median_rtf']:.4f} (IQR {r['stock']['iqr']:.4f}), fastpath "
-            f"{r['fastpath']['median_rtf']:.4f} (IQR {r['fastpath']['iqr']:.4f}): **{r['ratio']:.2f}x**. "
-            f"On the tiny checkpoint this is dominated by per-call overhead; see the README for the full-size figures.",
+    peer = "" if r["peer_installed"] else (" The public omnivoice-fastpath is not installed, so it is not in the "
+                                           f"table: {bench.PEERS_INSTALL}.")
+    out += ["", f"## Timing on {r['checkpoint']} (CPU fp32, {r['rounds']} interleaved rounds after one warm-up each)",
+            "", "RTF = seconds per second of audio; speedups are stock's median over the variant's; the bound is "
+            "stock's FLOPs over the variant's (a perfect implementation of the same arithmetic), efficiency = "
+            f"speedup / bound.{peer}", "", r["table"],
             "", f"Verdict: **{'PASS' if report['ok'] else 'FAIL'}**", ""]
     return "\n".join(out)
 
 
-def run_report(checkpoint: str | None, size: str, out_dir: Path, rounds: int, command: str) -> dict:
+def run_report(checkpoint: str | None, size: str, out_dir: Path, rounds: int, command: str,
+               timing_size: str = "full") -> dict:
     started = time.perf_counter()
     ckpt = resolve_checkpoint(checkpoint, size=size)
+    timing_ckpt = ckpt if checkpoint else resolve_checkpoint(None, size=timing_size)
     model = load_model(ckpt)
     out_dir.mkdir(parents=True, exist_ok=True)
     report = {
@@ -105,7 +128,7 @@ def run_report(checkpoint: str | None, size: str, out_dir: Path, rounds: int, co
         "patches": check_patches(),
         "parity": parity_rows(model, out_dir),
         "work": measure_work(model),
-        "timing": measure_ratio(model, rounds),
+        "timing": measure_timing(timing_ckpt, rounds),
     }
     report["ok"] = all(r["upstream"] == "applies" for r in report["patches"]) and all(r["bit_exact"] for r in report["parity"])
     report["seconds"] = time.perf_counter() - started

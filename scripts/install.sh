@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything the suite needs on a fresh machine: Debian packages (espeak-ng renders the known-answer
 # speech; sox regenerates the reference clips), a virtual environment in .venv, torch/torchaudio pinned by
-# constraints-cpu.txt (override with FASTPATH_CONSTRAINTS=/path or FASTPATH_CONSTRAINTS= for none), and this
-# package (editable) with the harness's dependency group (pyproject.toml [dependency-groups]). Safe to run again; it skips what is already there.
+# constraints-cpu.txt (override with FASTPATH_CONSTRAINTS=/path or FASTPATH_CONSTRAINTS= for none), this package
+# (editable, with the `peers` extra: the public omnivoice-fastpath 0.1.0 that the bench compares with) and the
+# harness's dependency group (pyproject.toml [dependency-groups]). Safe to run again; it skips what is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,5 +19,5 @@ constraints=${FASTPATH_CONSTRAINTS-constraints-cpu.txt}
 cflag=(); [ -n "$constraints" ] && cflag=(-c "$constraints")
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q --no-compile "${cflag[@]}" torch torchaudio
-.venv/bin/python -m pip install -q --no-compile "${cflag[@]}" -e . --group harness
+.venv/bin/python -m pip install -q --no-compile "${cflag[@]}" -e '.[peers]' --group harness
 .venv/bin/python -c "import torch, torchaudio, omnivoice, faster_whisper, hypothesis, fastpath, harness; print('installed: torch', torch.__version__, '| omnivoice', __import__('importlib.metadata').metadata.version('omnivoice'))"

@@ -6,7 +6,7 @@
 - `batch_invariant` (opt in): each item bit-exact against a stock batch-1 call of it in deterministic settings
   (position_temperature=0, class_temperature=0). With sampling it cannot be: in a batch, an item's random numbers
   come after the earlier items' draws from the same generator, in a batch-1 call they start at the seed.
-- Bucketed rows (`loop.set_max_padding`): rows of different lengths share a forward, padding bounded, bit-exact.
+- Packed rows (`trimmed_cfg` alone, `loop.packed_layout`): every row at its own length in one forward, bit-exact.
 """
 
 from __future__ import annotations
@@ -150,33 +150,23 @@ def test_batch_invariant_is_needed_for_that(model, batch_1_calls):
 
 
 @pytest.mark.cpu
-@pytest.mark.parametrize("max_padding", [0.25, 0.6])
-def test_bucketed_rows_are_bit_exact_and_bounded(model, stock_batch, max_padding):
+def test_packed_rows_run_as_one_forward_without_padding(model, stock_batch):
+    """trimmed_cfg alone (heads on every packed position) on the mixed batch: bit-exact, and its layout is one
+    forward over exactly the rows' own lengths, each unpacked into its own slots of stock's attention width."""
     from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
 
-    with fastpath.patched(model):
-        loop.set_max_padding(model, max_padding)
+    with fastpath.patched(model, ["trimmed_cfg"]):
         candidate = record_generation(model, seed=0, **BATCH)
-        # the layout itself: fewer forwards than distinct lengths, each row padded by at most max_padding
-        task = model._preprocess_all(text=MIXED_8, language="en")
-        cfg = OmniVoiceGenerationConfig()
-        inputs = [model._prepare_inference_inputs(task.texts[i], task.target_lens[i], None, None, task.langs[i],
-                                                  task.instructs[i], cfg.denoise) for i in range(task.batch_size)]
-        c_lens = [x["input_ids"].size(2) for x in inputs]
-        groups = loop.trimmed_groups(model, inputs, c_lens, task.target_lens, max_padding=max_padding)
     problems = compare_runs(stock_batch("sampling"), candidate)
-    assert not problems, f"max_padding {max_padding}: not bit-exact:\n  " + "\n  ".join(problems)
-    lengths = {(c if r else t) for c, t in zip(c_lens, task.target_lens) for r in (True, False)}
-    assert len(groups) < len(lengths), f"{len(groups)} forwards for {len(lengths)} distinct row lengths"
-    for g in groups:
-        width = g.input_ids.size(2)
-        for row in g.rows:
-            own = c_lens[row.item] if row.cond else row.length
-            assert width - own <= max_padding * width, f"row of {own} padded to {width} (bound {max_padding})"
-
-
-def test_max_padding_refuses_nonsense(model):
-    for bad in (-0.1, 1.0, 3):
-        with pytest.raises(ValueError, match="must be in"):
-            loop.set_max_padding(model, bad)
-    assert loop.PADDING_ATTR not in model.__dict__
+    assert not problems, "trimmed_cfg (packed rows): not bit-exact:\n  " + "\n  ".join(problems)
+    task = model._preprocess_all(text=MIXED_8, language="en")
+    cfg = OmniVoiceGenerationConfig()
+    inputs = [model._prepare_inference_inputs(task.texts[i], task.target_lens[i], None, None, task.langs[i],
+                                              task.instructs[i], cfg.denoise) for i in range(task.batch_size)]
+    c_lens, t_lens = [x["input_ids"].size(2) for x in inputs], list(task.target_lens)
+    packed = loop.packed_layout(model, inputs, c_lens, t_lens, [sum(t_lens[:i]) for i in range(len(t_lens))])
+    B, P = len(c_lens), max(c_lens)
+    assert packed.input_ids.shape[-1] == sum(c_lens) + sum(t_lens), "packed positions are not the rows' own lengths"
+    assert packed.attention_mask.shape == (2 * B, 1, P, P), "attention is not unpacked to stock's width"
+    assert packed.slots.unique().numel() == packed.slots.numel(), "two packed positions share an attention slot"
+    assert packed.targets.numel() == 2 * sum(t_lens), "each target frame of each row listed once"

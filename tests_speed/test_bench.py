@@ -50,3 +50,22 @@ def test_interleaved_variants_keep_patches_for_the_run_and_revert(model):
     assert [len(s.rtf) for s in out.values()] == [2, 2] and all(s.first_call_seconds for s in out.values())
     with pytest.raises(ValueError, match="own model instance"):
         interleaved_variants({"a": Variant(model, ()), "b": Variant(model, ("sliced_heads",))}, {}, rounds=1)
+
+
+@pytest.mark.cpu
+def test_bench_compares_with_the_public_package_and_prints_the_flop_bound(tmp_path, capsys):
+    """stock, the public omnivoice-fastpath 0.1.0 and this project in one interleaved run, with FLOPs counted per
+    variant (CPU attention included): the lossless stack does less arithmetic than stock, and the table says so."""
+    out = tmp_path / "bench.json"
+    assert bench.main(["--size", "tiny", "--points", "clone3-short-32", "--num-step", "2", "--rounds", "1",
+                       "--variants", "stock", "peer", "lossless", "--bound", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "lossless@fp32 bound" in printed and "peer@fp32 efficiency" in printed
+    flops = json.loads(out.read_text())["flops"]["clone3-short-32"]
+    assert flops["lossless@fp32"] < flops["peer@fp32"] < flops["stock@fp32"], flops
+
+
+def test_a_missing_peer_package_names_the_install(monkeypatch):
+    monkeypatch.setitem(bench.PEERS, "peer", ("omnivoice_fastpath_not_installed", "apply"))
+    with pytest.raises(SystemExit, match=r"pip install -e '\.\[peers\]'"):
+        bench.peer_apply("peer")

@@ -9,6 +9,7 @@ Variants by name (`--variants`), each optionally at a dtype (`name@bf16`), for t
         --save-baseline out/baseline.json
 
     stock      no patch                        lossless   the CPU-exact stack (fastpath.LOSSLESS)
+    peer       the public omnivoice-fastpath 0.1.0 (`pip install -e .[peers]`): apply_trimmed_cfg(model)
     batch-invariant  lossless + batch_invariant    prefix-kv  lossless + prefix_kv_cache (lossy, refresh 2)
     gpu        fastpath.defaults(device)       preset     gpu + fastpath.FULL_PRESET (12 steps)
     stock-preset  no patch, 12 steps           gpu-compiled / gpu-reduce-overhead / gpu-max-autotune
@@ -16,6 +17,15 @@ Variants by name (`--variants`), each optionally at a dtype (`name@bf16`), for t
 
 Each distinct (dtype, patch set) gets its own model instance, patched once (captures and compiles are paid in
 the warm-up round, reported as first-call seconds, never in the samples).
+
+The FLOP bound (`--bound`, CPU): each variant's FLOPs of one generate at the point's shapes (2 steps: every step
+has the same shapes), counted by torch's flop counter with the CPU attention kernel added; bound = first
+variant's FLOPs / this variant's, the speedup a perfect implementation of the same arithmetic would reach where
+compute is all that costs; efficiency = measured speedup / bound. Stock, the public package and this project
+side by side, at full size:
+
+    python -m harness.speed.bench --size full --variants stock peer lossless --points auto-short-10 \
+        clone6-medium-16 --rounds 3 --bound --out out/peers.json
 """
 
 from __future__ import annotations
@@ -31,11 +41,15 @@ from pathlib import Path
 import fastpath
 from harness.checkpoint import load_model, resolve_checkpoint
 from harness.cli import int_at_least
-from harness.machine import device_key, machine_info
-from harness.speed.measure import Variant, interleaved, interleaved_variants
+from harness.machine import device_key, machine_info, summary
+from harness.speed.measure import Variant, count_work, interleaved_variants
 from harness.points import point
 
 DTYPES = ("fp32", "bf16", "fp16")
+# variants that run another package's patch, applied once to their own model instance: name -> (module, function)
+PEERS = {"peer": ("omnivoice_fastpath", "apply_trimmed_cfg")}
+PEERS_INSTALL = "pip install -e '.[peers]' (omnivoice-fastpath==0.1.0, the public package this project compares with)"
+BOUND_STEPS = 2
 BASELINE_COMMAND = "python -m harness.speed.bench ... --save-baseline PATH"
 
 
@@ -63,6 +77,7 @@ def variant_table(device: str) -> dict:
     gpu = list(fastpath.defaults(device))
     return {
         "stock": ((), {}),
+        "peer": ((), {}),  # PEERS: the patch is applied when its model is built
         "stock-preset": ((), dict(fastpath.FULL_PRESET)),
         "lossless": (tuple(fastpath.LOSSLESS), {}),
         "batch-invariant": (tuple(fastpath.LOSSLESS) + ("batch_invariant",), {}),
@@ -88,17 +103,31 @@ def parse_variant(text: str, device: str, default_dtype: str) -> VariantSpec:
     return VariantSpec(text if "@" in text else f"{name}@{dtype}", patches, dtype, overrides)
 
 
+def peer_apply(name: str):
+    """The function a peer variant applies to its model; a clear error naming the install when it is missing."""
+    import importlib
+
+    module, function = PEERS[name]
+    try:
+        return getattr(importlib.import_module(module), function)
+    except ImportError as err:
+        raise SystemExit(f"variant {name!r} needs the {module} package, which is not installed: {PEERS_INSTALL}") from err
+
+
 def build_variants(ckpt, specs: list, device: str) -> dict:
-    """One model per distinct (dtype, patches kept applied); returns name -> measure.Variant."""
+    """One model per distinct (dtype, patches kept applied, peer); returns name -> measure.Variant."""
     from fastpath.registry import PROCESS_GLOBAL
 
     models: dict = {}
     out = {}
     for spec in specs:
         kept = tuple(sorted(p for p in spec.patches if p not in PROCESS_GLOBAL))
-        key = (spec.dtype, kept)
+        peer = spec.name.partition("@")[0] if spec.name.partition("@")[0] in PEERS else None
+        key = (spec.dtype, kept, peer)
         if key not in models:
             models[key] = load_model(ckpt, device=device, dtype=torch_dtype(spec.dtype))
+            if peer:
+                peer_apply(peer)(models[key])
         out[spec.name] = Variant(models[key], spec.patches, dict(spec.overrides))
     return out
 
@@ -111,11 +140,6 @@ def point_kwargs(name: str, model, prompts: dict, steps: int | None = None):
     return [dict(k, num_step=steps) for k in kwargs] if isinstance(kwargs, list) else dict(kwargs, num_step=steps)
 
 
-def run_bench(model, names, rounds: int, variants: dict, steps: int | None = None) -> dict:
-    prompts: dict = {}
-    return {name: interleaved(model, variants, point_kwargs(name, model, prompts, steps), rounds) for name in names}
-
-
 def run_variant_bench(variants: dict, names, rounds: int, steps: int | None = None) -> dict:
     """Points x variants (name -> measure.Variant), interleaved; voice prompts encoded once with the first model."""
     prompts: dict = {}
@@ -123,15 +147,36 @@ def run_variant_bench(variants: dict, names, rounds: int, steps: int | None = No
     return {name: interleaved_variants(variants, point_kwargs(name, first, prompts, steps), rounds) for name in names}
 
 
-def format_table(results: dict, variants: dict, machine: str) -> str:
+def flop_bounds(variants: dict, names, steps: int = BOUND_STEPS) -> dict:
+    """point -> variant -> FLOPs of one generate at `steps` steps (each variant's model with its patches)."""
+    prompts: dict = {}
+    first = next(iter(variants.values())).model
+    out = {}
+    for name in names:
+        kwargs = point_kwargs(name, first, prompts, steps)
+        calls = kwargs if isinstance(kwargs, list) else [kwargs]
+        out[name] = {}
+        for v, variant in variants.items():
+            with fastpath.patched(variant.model, list(variant.patches)):
+                out[name][v] = sum(count_work(variant.model, seed=0, **{**k, **variant.overrides}).flops for k in calls)
+    return out
+
+
+def format_table(results: dict, variants: dict, machine: str, flops: dict | None = None) -> str:
+    """Medians per variant, the speedup of each over the first, and with `flops` the FLOP bound and efficiency."""
     base, *others = list(variants)
-    lines = ["| point | " + " | ".join(f"{v} RTF (median, IQR)" for v in variants) + " | "
-             + " | ".join(f"{base}/{o}" for o in others) + " |",
-             "|---" * (1 + len(variants) + len(others)) + "|"]
+    head = ["point"] + [f"{v} RTF (median, IQR)" for v in variants] + [f"{o} vs {base}" for o in others]
+    if flops:
+        head += [f"{o} bound" for o in others] + [f"{o} efficiency" for o in others]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for name, samples in results.items():
+        speedups = {o: samples[base].median / samples[o].median for o in others}
         cells = [f"{samples[v].median:.3f} ({samples[v].iqr:.3f})" for v in variants]
-        ratios = [f"{samples[base].median / samples[o].median:.2f}x" for o in others]
-        lines.append(f"| {name} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+        cells += [f"{speedups[o]:.2f}x" for o in others]
+        if flops:
+            bounds = {o: flops[name][base] / flops[name][o] for o in others}
+            cells += [f"{bounds[o]:.2f}x" for o in others] + [f"{speedups[o] / bounds[o]:.2f}" for o in others]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + f"\n\nMachine: {machine}"
 
 
@@ -168,8 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int_at_least(1), default=5, help="timed rounds per variant, after one warm-up")
     parser.add_argument("--num-step", type=int_at_least(1), default=None,
                         help="unmasking steps for every point instead of its own (not with --save-baseline)")
-    parser.add_argument("--variants", nargs="+", default=None, metavar="NAME[@DTYPE]",
-                        help="variants to time; none: stock and the lossless stack on one model")
+    parser.add_argument("--variants", nargs="+", default=["stock", "lossless"], metavar="NAME[@DTYPE]",
+                        help="variants to time, the first is the one the others are compared with")
+    parser.add_argument("--bound", action="store_true",
+                        help="also count each variant's FLOPs (CPU) and print the FLOP bound and efficiency")
     parser.add_argument("--out", type=Path, default=None, help="JSON with every sample and the machine")
     parser.add_argument("--save-baseline", type=Path, default=None, metavar="PATH",
                         help="also write the samples as a speed baseline (harness.speed.baselines)")
@@ -185,23 +232,17 @@ def main(argv=None) -> int:
     if args.num_step is not None and args.save_baseline:
         parser.error("--num-step changes the points, so their baseline would be wrong; drop one of the two")
     ckpt = resolve_checkpoint(args.checkpoint, size=args.size)
-    if args.variants:
-        try:
-            specs = {s.name: s for s in (parse_variant(v, args.device, args.dtype) for v in args.variants)}
-        except argparse.ArgumentTypeError as err:
-            parser.error(str(err))
-        variants = build_variants(ckpt, list(specs.values()), args.device)
-        results = run_variant_bench(variants, args.points, args.rounds, args.num_step)
-    else:
-        specs = {"stock": VariantSpec("stock", (), args.dtype),
-                 "fastpath": VariantSpec("fastpath", fastpath.LOSSLESS, args.dtype)}
-        model = load_model(ckpt, device=args.device, dtype=torch_dtype(args.dtype))
-        results = run_bench(model, args.points, args.rounds, {n: s.patches for n, s in specs.items()}, args.num_step)
+    try:
+        specs = {s.name: s for s in (parse_variant(v, args.device, args.dtype) for v in args.variants)}
+    except argparse.ArgumentTypeError as err:
+        parser.error(str(err))
+    variants = build_variants(ckpt, list(specs.values()), args.device)
+    results = run_variant_bench(variants, args.points, args.rounds, args.num_step)
+    flops = flop_bounds(variants, args.points) if args.bound else None
     info = machine_info(args.device)
     gpu = f"{info.get('gpu_name')}, " if info.get("gpu_name") else ""
-    machine = (f"{gpu}{info.get('cpu_model')}, {info.get('logical_cores')} cores, torch "
-               f"{info.get('versions', {}).get('torch')}, {platform.platform()}")
-    print(format_table(results, specs, machine))
+    machine = f"{gpu}{summary()}, torch {info['versions']['torch']}, {platform.platform()}"
+    print(format_table(results, specs, machine, flops))
     print()
     print(format_first_calls(results))
     key = device_key(info)
@@ -212,6 +253,7 @@ def main(argv=None) -> int:
             "variants": {n: {"patches": list(s.patches), "dtype": s.dtype, "overrides": s.overrides}
                          for n, s in specs.items()},
             "results": {n: {v: vars(s) for v, s in r.items()} for n, r in results.items()},
+            "flops": flops, "bound_steps": BOUND_STEPS if flops else None,
         }, indent=1, default=str))
     if args.save_baseline:
         from harness.speed.baselines import save_baseline

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 import fastpath
 from fastpath.gpu import synchronize
@@ -202,12 +203,21 @@ def counting(model):
             h.remove()
 
 
-def count_work(model, seed: int = 0, **kwargs) -> Work:
-    """Exact work of one generate: FLOPs of the unmasking loop (torch's flop counter; reference encoding and
-    waveform decoding are outside it) plus the hook counts over the whole call."""
-    from torch.utils.flop_counter import FlopCounterMode
+def _cpu_attention_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    from torch.utils.flop_counter import sdpa_flop_count
 
-    flop_mode = FlopCounterMode(display=False)
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+# torch's flop counter knows the CUDA attention kernels, not the CPU one: count it as they are counted
+CPU_ATTENTION_FLOPS = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_attention_flops}
+
+
+def count_work(model, seed: int = 0, **kwargs) -> Work:
+    """Exact work of one generate: FLOPs of the unmasking loop (torch's flop counter, with the CPU attention kernel
+    counted as the CUDA ones are; reference encoding and waveform decoding are outside it) plus the hook counts
+    over the whole call."""
+    flop_mode = FlopCounterMode(display=False, custom_mapping=CPU_ATTENTION_FLOPS)
 
     def counted_iterate(iterate):
         def count(task, gen_config):
