@@ -29,6 +29,7 @@ REPORT_POINTS = ("auto_voice", "voice_clone_audio", "batch_of_3", "long_chunked"
 WORK_POINT = "clone6-medium-32"
 # a short auto-voice request (where trimming used to lose) and voice cloning with the 6.5 s reference
 TIMING_POINTS = ("auto-short-10", "clone6-medium-16")
+TIMING_STEPS = 8  # as the README's grid: every step has the same shapes, so fewer steps keep the ratio
 
 
 def check_patches() -> list:
@@ -77,9 +78,10 @@ def measure_timing(ckpt, rounds: int) -> dict:
     names = ["stock"] + (["peer"] if peer_installed() else []) + ["lossless"]
     specs = {s.name: s for s in (bench.parse_variant(n, "cpu", "fp32") for n in names)}
     variants = bench.build_variants(ckpt, list(specs.values()), "cpu")
-    results = bench.run_variant_bench(variants, TIMING_POINTS, rounds)
+    results = bench.run_variant_bench(variants, TIMING_POINTS, rounds, TIMING_STEPS)
     flops = bench.flop_bounds(variants, TIMING_POINTS)
-    return {"checkpoint": f"{ckpt.identity} ({ckpt.kind})", "rounds": rounds, "peer_installed": "peer" in names,
+    return {"checkpoint": f"{ckpt.identity} ({ckpt.kind})", "rounds": rounds, "steps": TIMING_STEPS,
+            "peer_installed": "peer" in names,
             "table": bench.format_table(results, specs, machine.summary(), flops),
             "results": {p: {v: {"median_rtf": s.median, "iqr": s.iqr, "first_call_s": s.first_call_seconds}
                             for v, s in r.items()} for p, r in results.items()},
@@ -106,7 +108,8 @@ def render_report(report: dict) -> str:
     r = report["timing"]
     peer = "" if r["peer_installed"] else (" The public omnivoice-fastpath is not installed, so it is not in the "
                                            f"table: {bench.PEERS_INSTALL}.")
-    out += ["", f"## Timing on {r['checkpoint']} (CPU fp32, {r['rounds']} interleaved rounds after one warm-up each)",
+    out += ["", f"## Timing on {r['checkpoint']} (CPU fp32, {r['steps']} steps, {r['rounds']} interleaved rounds "
+                f"after one warm-up each)",
             "", "RTF = seconds per second of audio; speedups are stock's median over the variant's; the bound is "
             "stock's FLOPs over the variant's (a perfect implementation of the same arithmetic), efficiency = "
             f"speedup / bound.{peer}", "", r["table"],
