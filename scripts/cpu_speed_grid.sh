@@ -31,16 +31,16 @@ for p in "${points[@]}"; do
   env "${envs[@]}" .venv/bin/python -m harness.speed.bench --size full --variants stock peer lossless --bound \
     --rounds "$rounds" --num-step "$steps" --points "$p" --out "$out/$p.json" | tee "$out/$p.md"
 done
-.venv/bin/python - "$out" <<'PY'
-import json, sys
+.venv/bin/python - "$out" "$steps" <<'PY'
+import json, statistics, sys
 from pathlib import Path
-out = Path(sys.argv[1])
-rows = ["| point (8 steps unless --steps) | stock RTF | omnivoice-fastpath 0.1.0 RTF | fastpath RTF | fastpath vs stock | vs 0.1.0 | 0.1.0 vs stock "
+out, steps = Path(sys.argv[1]), sys.argv[2]
+rows = [f"| point, {steps} steps | stock RTF | omnivoice-fastpath 0.1.0 RTF | fastpath RTF | fastpath vs stock | vs 0.1.0 | 0.1.0 vs stock "
         "| FLOP bound | efficiency |", "|---|---|---|---|---|---|---|---|---|"]
 for f in sorted(out.glob("*.json")):
     d = json.loads(f.read_text())
     for point, r in d["results"].items():
-        med = {v.split("@")[0]: sorted(s["rtf"])[len(s["rtf"]) // 2] for v, s in r.items()}
+        med = {v.split("@")[0]: statistics.median(s["rtf"]) for v, s in r.items()}  # as measure.Samples.median
         fl = {v.split("@")[0]: n for v, n in d["flops"][point].items()}
         bound = fl["stock"] / fl["lossless"]
         rows.append(f"| {point} | {med['stock']:.3f} | {med['peer']:.3f} | {med['lossless']:.3f} | "
