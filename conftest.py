@@ -63,6 +63,13 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
+    import torch
+
+    # MKL's first explicit thread setting changes its GEMM bits under the AVX2 kernels (measured: stock's logits
+    # differ by up to 1.5e-7 before and after torch.set_num_threads(torch.get_num_threads()) with
+    # MKL_ENABLE_INSTRUCTIONS=AVX2). restore_globals calls it after every test, so the first test would run in
+    # another state than the rest: set it once here, before any test computes anything.
+    torch.set_num_threads(torch.get_num_threads())
 
 
 def _cuda_available() -> bool:

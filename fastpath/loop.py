@@ -7,12 +7,14 @@ Lossless (bit-exact on CPU fp32):
   padding and the step still streams the weights once. Only inside attention are the rows unpacked into stock's
   [2B, heads, width, d] layout, zero-padded behind a mask: the CPU SDPA kernel blocks queries and keys by count,
   and its reductions round differently at other counts (max |diff| 1.5e-7 without the padding); attention is a
-  small share of the FLOPs at these lengths. A packed forward shorter than `MIN_ROWS` positions is padded to it:
-  CPU GEMMs switch to another kernel for very few rows (seen here for M <= 11), which rounds differently. This
-  and sliced_heads need a GEMM that gives a row the same bits whatever the number of rows in the call;
-  `gemm_rows_independent` measures that on the model's own shapes, and where it fails (MKL's AVX2 kernels on
-  Intel processors round the tail rows of their 6-row blocks differently) both run stock's layout instead and
-  say so in `model._fastpath_warnings`.
+  small share of the FLOPs at these lengths. The GEMMs, though, run on fewer rows than stock's, and CPU GEMM
+  libraries pick their kernel by the row count: MKL's AVX-512 sgemm switches kernels at about K/8 rows (measured:
+  above 128 rows for K = 1024, 256 for K = 2048, 384 for K = 3072, at N >= 1024), and under its AVX2 cap the
+  tiny checkpoint's narrow shapes give a row other bits at other counts and places in the call with no simple
+  rule. So the packed forward gets as many padding rows as make every row's bits the ones it gets in stock's
+  call: `row_count` measures that once per layout (random rows at their real places, the model's own weights,
+  this machine's kernels), and a call for which no count works runs stock's layout and says so in
+  `model._fastpath_warnings`.
 - `sliced_heads`: the audio heads (hidden -> 8 x 1025 logits) run only on the target positions the sampler
   reads, not on style, text and reference positions.
 - `static_prefix`: the input embedding of the static prefix (style, text, reference) is computed once per
@@ -49,11 +51,12 @@ GROUPED_LAYOUT = ("batch_invariant", "prefix_kv_cache")  # ... as batches of equ
 REFRESH_ATTR = "_fastpath_prefix_refresh"  # instance attribute: prefix_kv_cache's refresh interval in steps
 DEFAULT_REFRESH = 2  # the mildest staleness; agreement and speed per interval: README, baselines/prefix_kv_cache.json
 MIN_ROWS = 16  # no GEMM of fewer rows than this: small-M kernels round differently from stock's large batch
-ROW_COUNT_EXACT = ("trimmed_cfg", "sliced_heads")  # bit-exact only where a GEMM row ignores the call's row count
-INEXACT_ROWS = ("trimmed_cfg and sliced_heads run stock's layout on this machine (padded rows, heads on every "
-                "position): its CPU GEMM gives a row other bits when the call has another number of rows "
-                "(fastpath.loop.gemm_rows_independent), so fewer rows would not be bit-exact. Starting Python with "
-                "MKL_CBWR=AVX2,STRICT (or AUTO,STRICT) makes MKL's rows independent.")
+INEXACT_ROWS = ("trimmed_cfg ran stock's layout (padded rows) for a call on this machine: no row count of the packed "
+                "forward gave every row the bits of stock's call (fastpath.loop.row_count), so fewer rows would "
+                "not be bit-exact.")
+GROUPED_FULL_HEADS = ("sliced_heads runs the heads on every position with batch_invariant or prefix_kv_cache on this "
+                      "machine: its CPU GEMM gives a row other bits when the call has another number of rows "
+                      "(fastpath.loop.gemm_rows_independent).")
 _PROBED: dict = {}  # (K, N, threads, dtype) -> bool: gemm_rows_independent's measurements in this process
 
 
@@ -88,8 +91,6 @@ def enable(model, feature: str) -> None:
             "batch_invariant promises items bit-exact with batch-1 calls, which needs a CPU GEMM whose rows do not "
             "depend on how many rows share the call; this machine's does (fastpath.loop.gemm_rows_independent). "
             "Start Python with MKL_CBWR=AVX2,STRICT (or AUTO,STRICT) to make MKL's rows independent.")
-    if feature in ROW_COUNT_EXACT and not gemm_rows_independent(model):
-        note_inexact_rows(model)
     flags = model.__dict__.setdefault(FLAGS_ATTR, set())
     flags.add(feature)
     instance.install(model, "_generate_iterative", types.MethodType(generate_iterative, model))
@@ -110,22 +111,76 @@ def disable(model, feature: str) -> None:
 
 
 def effective_flags(model, flags) -> set:
-    """The switches a generate runs with: `flags`, less trimmed_cfg and sliced_heads where this machine's GEMM rows
-    depend on the row count (they would not be bit-exact). trimmed_cfg stays when an opt-in switch needs its layout
-    (prefix_kv_cache is approximate anyway; batch_invariant refuses such a machine). Reads the model, changes nothing."""
+    """The switches a generate runs with: `flags`, less sliced_heads in the grouped layouts (batch_invariant,
+    prefix_kv_cache) where this machine's GEMM rows depend on the row count (the packed and stock layouts
+    choose their row counts with `row_count` instead). Reads the model, changes nothing."""
     flags = set(flags)
-    if set(ROW_COUNT_EXACT) & flags and not gemm_rows_independent(model):
+    if "sliced_heads" in flags and set(GROUPED_LAYOUT) & flags and not gemm_rows_independent(model):
         flags.discard("sliced_heads")
-        if not {"batch_invariant", "prefix_kv_cache"} & flags:
-            flags.discard("trimmed_cfg")
     return flags
 
 
-def note_inexact_rows(model) -> None:
-    """Say, once, on the model (`model._fastpath_warnings`) that the row-count patches run stock's layout here."""
+def note_inexact_rows(model, message: str = INEXACT_ROWS) -> None:
+    """Say, once, on the model (`model._fastpath_warnings`) that a call ran stock's layout for want of exact rows."""
     warnings = model.__dict__.setdefault(WARNINGS_ATTR, [])
-    if INEXACT_ROWS not in warnings:
-        warnings.append(INEXACT_ROWS)
+    if message not in warnings:
+        warnings.append(message)
+
+
+_ROW_COUNTS: dict = {}  # row_count's answers in this process: (shapes, threads, row map, least) -> count or None
+PROBE_SCAN = 8  # row counts tried one by one above the least (every residue of the kernels' row blocks)
+
+
+def llm_weights(model) -> list:
+    """One weight of every distinct GEMM shape in an LLM layer (projections, MLP)."""
+    layer, shapes = model.llm.layers[0], {}
+    for module in (*vars(layer.self_attn)["_modules"].values(), *vars(layer.mlp)["_modules"].values()):
+        if isinstance(module, torch.nn.Linear):
+            shapes.setdefault(tuple(module.weight.shape), module.weight)
+    return list(shapes.values())
+
+
+def row_count(model, weights, stock_rows, stock_count: int, least: int):
+    """The smallest row count >= `least` at which `nn.functional.linear` gives rows 0..n-1 of a call the bits that
+    rows `stock_rows` ([n], n <= least) of a `stock_count`-row call get, for every weight in `weights`; None if
+    none up to `stock_count` does. Measured on random rows (the kernel depends on the shapes, not the values) by
+    trying least .. least + PROBE_SCAN - 1, then bisecting above for the kernels' row-count threshold. Off the CPU
+    (no patch claims bit-exactness there) and where nothing is trimmed, `least`."""
+    if weights[0].device.type != "cpu" or (least == stock_count and len(stock_rows) == stock_count):
+        return least
+    rows = stock_rows.cpu()
+    key = (tuple((tuple(w.shape), w.dtype) for w in weights), torch.get_num_threads(), stock_count, least,
+           len(rows), hash(rows.numpy().tobytes()))
+    if key in _ROW_COUNTS:
+        return _ROW_COUNTS[key]
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    generator = torch.Generator().manual_seed(0)
+    probes = []  # (weight, inputs [stock_count, K], stock's bits of the rows [n, N])
+    with torch.no_grad(), _disable_current_modes():  # unseen by a FLOP counter around the generate it serves
+        for w in weights:
+            x = torch.randn(stock_count, w.shape[1], generator=generator).to(w.dtype)
+            probes.append((w, x, torch.nn.functional.linear(x, w)[rows]))
+
+        def exact(count: int) -> bool:
+            for w, x, want in probes:
+                filler = x[: count - len(rows)]
+                got = torch.nn.functional.linear(torch.cat([x[rows], filler]), w)[: len(rows)]
+                if not torch.equal(got, want):
+                    return False
+            return True
+
+        found = next((c for c in range(least, min(least + PROBE_SCAN, stock_count + 1)) if exact(c)), None)
+        if found is None and least + PROBE_SCAN <= stock_count and exact(stock_count):
+            low, high = least + PROBE_SCAN - 1, stock_count  # exact(high); below `low` none was
+            while high - low > 1:
+                mid = (low + high) // 2
+                low, high = (low, mid) if exact(mid) else (mid, high)
+            found = high
+    if len(_ROW_COUNTS) > 512:
+        _ROW_COUNTS.clear()
+    _ROW_COUNTS[key] = found
+    return found
 
 
 class UnsupportedHereError(RuntimeError):
@@ -156,6 +211,7 @@ class Group:
     frames: torch.Tensor | None = None  # [G, T] target frame 0..t_len-1, the last one repeated past t_len
     positions: torch.Tensor | None = None  # [G, T] sequence position of that frame in the row: start + frame
     packed: torch.Tensor | None = None  # [G, T] column of that frame in the packed logits: item offset + frame
+    head_rows: int | None = None  # sliced_heads in stock's layout: rows of the heads' GEMM (row_count; 0: all)
     prefix_kv: object = None  # prefix_kv_cache: a transformers DynamicCache of the prefix keys/values [G, kv, start, d]
 
 
@@ -294,17 +350,43 @@ class Packed:
     kinds: torch.Tensor  # [M]: 0 conditional, 1 unconditional
     frames: torch.Tensor  # [M]: 0..t_len-1
     columns: torch.Tensor  # [M]: item offset + frame
+    head_rows: int  # rows of the heads' GEMM: the M target frames (sliced_heads) or all N positions, then padding
     embeds: torch.Tensor | None = None  # [1, N, H], static_prefix only
 
 
-def packed_layout(model, inputs_list, c_lens, t_lens, offsets) -> Packed:
-    """The Packed layout of a batch (see Packed); offsets: each item's first column in the packed logits."""
+def packed_counts(model, c_lens, t_lens, sliced_heads: bool):
+    """Rows of the packed forward's GEMMs and of the heads' GEMM (the target frames with sliced_heads, else every
+    packed position) for rows of these lengths: the least counts with stock's bits (`row_count`), at least the
+    rows' own and MIN_ROWS; None if there is none on this machine."""
+    B, P = len(c_lens), max(c_lens)
+    lengths = list(c_lens) + list(t_lens)  # conditional rows, then unconditional (their targets' lengths)
+    slots = torch.cat([torch.arange(n) + r * P for r, n in enumerate(lengths)])  # row of each in stock's call
+    count = row_count(model, llm_weights(model), slots, 2 * B * P, max(sum(lengths), MIN_ROWS))
+    if count is None:
+        return None
+    heads = [model.audio_heads.weight]
+    if sliced_heads:  # the target frames: the tail of each row
+        tails = zip(lengths, 2 * list(t_lens))
+        targets = torch.cat([torch.arange(r * P + n - t, r * P + n) for r, (n, t) in enumerate(tails)])
+        head_rows = row_count(model, heads, targets, 2 * B * P, max(len(targets), MIN_ROWS))
+    else:
+        head_rows = row_count(model, heads, slots, 2 * B * P, count)
+    return None if head_rows is None else (count, head_rows)
+
+
+def packed_layout(model, inputs_list, c_lens, t_lens, offsets, sliced_heads: bool = False) -> Packed | None:
+    """The Packed layout of a batch (see Packed); offsets: each item's first column in the packed logits. None
+    where no row count of the packed forward (or of the heads) gives stock's bits on this machine (`row_count`)."""
     B, C, device = len(inputs_list), model.config.num_audio_codebook, model.device
     P = max(c_lens)
     segments = [(inp["input_ids"][0], inp["audio_mask"][0]) for inp in inputs_list]  # conditional: [C, c], [c]
     segments += [(inp["input_ids"][0, :, -t:], inp["audio_mask"][0, -t:]) for inp, t in zip(inputs_list, t_lens)]
     lengths = [ids.size(-1) for ids, _ in segments]
-    pad = MIN_ROWS - sum(lengths)
+    counts = packed_counts(model, c_lens, t_lens, sliced_heads)
+    if counts is None:
+        return None
+    count, head_rows = counts
+    pad = count - sum(lengths)
     while pad > 0:  # padding segments (at most P positions each): masked ids attending to themselves only
         n = min(pad, P)
         segments.append((torch.full((C, n), model.config.audio_mask_id, device=device),
@@ -327,7 +409,7 @@ def packed_layout(model, inputs_list, c_lens, t_lens, offsets) -> Packed:
         items.append(torch.full((t,), i))
         kinds.append(torch.full((t,), r // B))
         frames.append(torch.arange(t))
-    items, frames = torch.cat(items), torch.cat(frames)
+    items, frames, targets = torch.cat(items), torch.cat(frames), torch.cat(targets)
     columns = torch.tensor(offsets)[items] + frames
     return Packed(
         input_ids=torch.cat([ids for ids, _ in segments], dim=1)[None],
@@ -335,8 +417,8 @@ def packed_layout(model, inputs_list, c_lens, t_lens, offsets) -> Packed:
         position_ids=torch.cat([torch.arange(n) for n in lengths])[None].to(device),
         attention_mask=mask,
         slots=torch.cat([torch.arange(n) + r * P for r, n in enumerate(lengths)]).to(device),
-        targets=torch.cat(targets).to(device), items=items.to(device), kinds=torch.cat(kinds).to(device),
-        frames=frames.to(device), columns=columns.to(device),
+        targets=targets.to(device), items=items.to(device), kinds=torch.cat(kinds).to(device),
+        frames=frames.to(device), columns=columns.to(device), head_rows=head_rows,
     )
 
 
@@ -353,9 +435,11 @@ def packed_logits(model, packed: Packed, flags):
             packed.embeds = embeds = embeds.clone()
     hidden = model.llm(inputs_embeds=embeds, attention_mask=packed.attention_mask, position_ids=packed.position_ids,
                        fastpath_slots=packed.slots, return_dict=True)[0]  # [1, N, H]
-    if "sliced_heads" in flags:
-        return audio_logits(model, hidden[:, packed.targets])[0]  # heads on [1, M, H] only
-    return audio_logits(model, hidden)[0, packed.targets]
+    if "sliced_heads" in flags:  # heads on the M target frames only (zero rows up to row_count's)
+        rows = torch.nn.functional.pad(hidden[0, packed.targets], (0, 0, 0, packed.head_rows - len(packed.targets)))
+        return audio_logits(model, rows[None])[0, : len(packed.targets)]
+    rows = torch.nn.functional.pad(hidden[0], (0, 0, 0, packed.head_rows - hidden.size(1)))  # every position
+    return audio_logits(model, rows[None])[0, packed.targets]
 
 
 def audio_logits(model, hidden):
@@ -402,7 +486,18 @@ def group_logits(model, group: Group, flags, step: int = 0):
         hidden, first = model.llm(
             inputs_embeds=embeds, attention_mask=group.attention_mask, return_dict=True, position_ids=None
         )[0], 0
-    if "sliced_heads" in flags:
+    if "sliced_heads" in flags and not set(GROUPED_LAYOUT) & flags:  # stock's layout: rows with stock's bits
+        if group.head_rows is None:
+            G, W = group.input_ids.size(0), group.input_ids.size(2)
+            stock_rows = (rows * W + group.positions).flatten()  # [G * T] rows of stock's heads call [G * W]
+            group.head_rows = row_count(model, [model.audio_heads.weight], stock_rows, G * W,
+                                        max(stock_rows.numel(), MIN_ROWS)) or 0  # 0: none, heads on every position
+        if group.head_rows:
+            picked = hidden[rows, group.positions].flatten(0, 1)  # [G * T, H]
+            picked = torch.nn.functional.pad(picked, (0, 0, 0, group.head_rows - picked.size(0)))
+            G, T = group.positions.shape
+            return audio_logits(model, picked[None])[0, : G * T].unflatten(0, (G, T))  # [G, T, C, V]
+    elif "sliced_heads" in flags:
         return audio_logits(model, hidden[rows, group.positions - first])  # heads on [G, T, H] only
     return audio_logits(model, hidden)[rows, group.positions - first]
 
@@ -561,7 +656,7 @@ def generate_iterative(model, task, gen_config):
     switched_on = model.__dict__.get(FLAGS_ATTR, set())
     flags = effective_flags(model, switched_on)
     if flags != switched_on:
-        note_inexact_rows(model)
+        note_inexact_rows(model, GROUPED_FULL_HEADS)
     B, C, mask_id = task.batch_size, model.config.num_audio_codebook, model.config.audio_mask_id
     V, device = model.config.audio_vocab_size, model.device
     inputs_list = [
@@ -579,7 +674,10 @@ def generate_iterative(model, task, gen_config):
         layout = trimmed_groups(model, inputs_list, c_lens, t_lens, own_width="batch_invariant" in flags,
                                 by_start="prefix_kv_cache" in flags)
     elif "trimmed_cfg" in flags:
-        packed, layout = packed_layout(model, inputs_list, c_lens, t_lens, offsets), []
+        packed, layout = packed_layout(model, inputs_list, c_lens, t_lens, offsets, "sliced_heads" in flags), []
+        if packed is None:  # no exact row count here: stock's layout for this call
+            note_inexact_rows(model)
+            layout = padded_groups(model, inputs_list, c_lens, t_lens)
     else:
         layout = padded_groups(model, inputs_list, c_lens, t_lens)
     groups = [index_targets(g, offsets) for g in layout]

@@ -7,12 +7,11 @@ import json
 import pytest
 
 from harness import report
+from harness.speed.measure import stack_packs
 
 
 @pytest.mark.cpu
 def test_report_shows_stock_the_public_package_and_the_stack(model, tmp_path, monkeypatch):
-    from fastpath import loop
-
     monkeypatch.setattr(report, "REPORT_POINTS", ("auto_voice",))
     monkeypatch.setattr(report, "TIMING_POINTS", ("auto-short-10",))
     out = report.run_report(None, "tiny", tmp_path, rounds=1, command="test", timing_size="tiny")
@@ -20,7 +19,7 @@ def test_report_shows_stock_the_public_package_and_the_stack(model, tmp_path, mo
     variants = set(out["timing"]["results"]["auto-short-10"])
     assert variants == {"stock@fp32", "peer@fp32", "lossless@fp32"}, variants
     flops = out["timing"]["flops"]["auto-short-10"]
-    if loop.gemm_rows_independent(model):  # else the stack runs stock's layout (loop.INEXACT_ROWS): equal FLOPs
+    if stack_packs(model, "auto-short-10"):  # else the stack runs stock's layout (loop.INEXACT_ROWS): equal FLOPs
         assert flops["lossless@fp32"] < flops["stock@fp32"], flops
     else:
         assert flops["lossless@fp32"] == flops["stock@fp32"], flops

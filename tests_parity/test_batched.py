@@ -152,7 +152,8 @@ def test_batch_invariant_is_needed_for_that(model, batch_1_calls):
 @pytest.mark.cpu
 def test_packed_rows_run_as_one_forward_without_padding(model, stock_batch):
     """trimmed_cfg alone (heads on every packed position) on the mixed batch: bit-exact, and its layout is one
-    forward over exactly the rows' own lengths, each unpacked into its own slots of stock's attention width."""
+    forward over the rows' own lengths (plus the few padding rows `loop.row_count` adds where this machine's GEMM
+    needs them), each unpacked into its own slots of stock's attention width."""
     from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
 
     with fastpath.patched(model, ["trimmed_cfg"]):
@@ -165,8 +166,14 @@ def test_packed_rows_run_as_one_forward_without_padding(model, stock_batch):
                                               task.instructs[i], cfg.denoise) for i in range(task.batch_size)]
     c_lens, t_lens = [x["input_ids"].size(2) for x in inputs], list(task.target_lens)
     packed = loop.packed_layout(model, inputs, c_lens, t_lens, [sum(t_lens[:i]) for i in range(len(t_lens))])
-    B, P = len(c_lens), max(c_lens)
-    assert packed.input_ids.shape[-1] == sum(c_lens) + sum(t_lens), "packed positions are not the rows' own lengths"
-    assert packed.attention_mask.shape == (2 * B, 1, P, P), "attention is not unpacked to stock's width"
+    B, P, own = len(c_lens), max(c_lens), sum(c_lens) + sum(t_lens)
+    if packed is None:
+        pytest.skip("this machine's GEMM gives no row count of the packed forward stock's bits for this batch "
+                    "(loop.row_count is None: the call ran stock's layout, bit-exact as checked above); the layout "
+                    "is checked on machines where one exists (AVX-512 MKL, or MKL without its AVX2 cap)")
+    got = packed.input_ids.shape[-1]
+    assert own <= got < own + loop.PROBE_SCAN, f"packed positions {got}: not the rows' own {own} (+ < {loop.PROBE_SCAN})"
+    R = 2 * B + (got > own)  # a padding segment when row_count added rows
+    assert packed.attention_mask.shape == (R, 1, P, P), "attention is not unpacked to stock's width"
     assert packed.slots.unique().numel() == packed.slots.numel(), "two packed positions share an attention slot"
     assert packed.targets.numel() == 2 * sum(t_lens), "each target frame of each row listed once"

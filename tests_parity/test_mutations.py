@@ -21,11 +21,11 @@ def stock_run(model):
     return record_generation(model, seed=0, **POINT)
 
 
-# patch -> (the loop function whose logits it produces, the element to nudge): trimmed_cfg runs the packed layout
-# (logits [M, C, V]), the others alone run stock's padded layout through group_logits ([G, T, C, V]), as does
-# trimmed_cfg where GEMM rows depend on the row count
-PRODUCERS = {"trimmed_cfg": ("packed_logits", (0, 0, 7)), "sliced_heads": ("group_logits", (0, 0, 0, 7)),
-             "static_prefix": ("group_logits", (0, 0, 0, 7))}
+# patch -> the loop functions whose logits it produces, each with the element to nudge: trimmed_cfg runs the packed
+# layout (logits [M, C, V]), or stock's padded one for a call where no packed row count is exact on this machine
+# (loop.row_count); the others alone run stock's padded layout through group_logits ([G, T, C, V])
+GROUP = ("group_logits", (0, 0, 0, 7))
+PRODUCERS = {"trimmed_cfg": (("packed_logits", (0, 0, 7)), GROUP), "sliced_heads": (GROUP,), "static_prefix": (GROUP,)}
 
 
 @pytest.mark.cpu
@@ -34,17 +34,16 @@ def test_one_ulp_in_a_patch_fails_parity(model, stock_run, name, monkeypatch):
     """Mutation check: a loop patch whose logits move by one ulp in one element is caught."""
     from fastpath import loop
 
-    function, element = PRODUCERS[name]
-    if name not in loop.effective_flags(model, {name}):  # stock's layout on this machine (loop.INEXACT_ROWS)
-        function, element = PRODUCERS["static_prefix"]
-    real = getattr(loop, function)
+    def off_by_one_ulp(real, element):
+        def produce(*args, **kwargs):
+            out = real(*args, **kwargs)
+            out[element] = torch.nextafter(out[element], torch.tensor(float("inf")))
+            return out
 
-    def off_by_one_ulp(*args, **kwargs):
-        out = real(*args, **kwargs)
-        out[element] = torch.nextafter(out[element], torch.tensor(float("inf")))
-        return out
+        return produce
 
-    monkeypatch.setattr(loop, function, off_by_one_ulp)
+    for function, element in PRODUCERS[name]:
+        monkeypatch.setattr(loop, function, off_by_one_ulp(getattr(loop, function), element))
     with fastpath.patched(model, name):
         candidate = record_generation(model, seed=0, **POINT)
     problems = compare_runs(stock_run, candidate)

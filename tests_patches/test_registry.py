@@ -187,9 +187,9 @@ def test_fingerprint_ignores_formatting_but_not_behaviour():
 
 @pytest.mark.cpu
 def test_a_machine_whose_gemm_rows_depend_on_the_row_count(model, stock_run, monkeypatch):
-    """Where a CPU GEMM row's bits depend on the call's row count (MKL's AVX2 kernels on Intel), the stack stays
-    bit-exact by running stock's layout and says so, and batch_invariant refuses, leaving nothing applied. Run on
-    every machine by making the probe say so."""
+    """Where a CPU GEMM row's bits depend on the call's row count (MKL's AVX2 kernels on Intel), batch_invariant
+    refuses, leaving nothing applied, and the grouped layouts run the heads on every position. Run on every machine
+    by making the probe say so."""
     from fastpath import loop
 
     monkeypatch.setattr(loop, "gemm_rows_independent", lambda model: False)
@@ -197,10 +197,19 @@ def test_a_machine_whose_gemm_rows_depend_on_the_row_count(model, stock_run, mon
     with pytest.raises(loop.UnsupportedHereError, match="MKL_CBWR"):
         fastpath.apply(model, list(fastpath.LOSSLESS) + ["batch_invariant"])
     assert instance_state(model) == before and fastpath.applied(model) == [], "a refused apply must undo the call"
+    assert loop.effective_flags(model, loop.FEATURES) == set(loop.FEATURES) - {"sliced_heads"}
+    assert loop.effective_flags(model, fastpath.LOSSLESS) == set(fastpath.LOSSLESS), "the packed layout probes itself"
+
+
+@pytest.mark.cpu
+def test_a_call_without_an_exact_row_count_runs_stocks_layout(model, stock_run, monkeypatch):
+    """Where no row count of the packed forward gives stock's bits (loop.row_count is None), the stack runs stock's
+    layout for that call, bit-exact, and says so. Run on every machine by making the probe say so."""
+    from fastpath import loop
+
+    monkeypatch.setattr(loop, "row_count", lambda *args: None)
+    before = instance_state(model)
     with fastpath.patched(model):
-        assert loop.effective_flags(model, loop.FEATURES) == {"static_prefix", "batched_scoring", "batch_invariant",
-                                                               "prefix_kv_cache", "trimmed_cfg"}
-        assert loop.effective_flags(model, fastpath.LOSSLESS) == {"static_prefix", "batched_scoring", "prompt_cache"}
         candidate = record_generation(model, seed=0, **POINT)
         assert loop.INEXACT_ROWS in model.__dict__[WARNINGS_ATTR]
     assert not compare_runs(stock_run, candidate)

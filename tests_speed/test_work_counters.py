@@ -13,6 +13,7 @@ import math
 from importlib import metadata
 
 import pytest
+import torch
 
 import fastpath
 from fastpath import loop
@@ -41,12 +42,14 @@ def expected_work(model, kwargs, flags) -> dict:
         for c, t in zip(c_lens, t_lens):
             for length in (c, t):
                 groups.setdefault((c, max(length, min(loop.MIN_ROWS, c))), []).append(t)
-    elif "trimmed_cfg" in flags:
-        # one packed forward of every row at its own length (at least MIN_ROWS positions); the heads read each
-        # row's target frames once
-        positions = max(sum(c_lens) + sum(t_lens), loop.MIN_ROWS)
-        targets = 2 * sum(t_lens)
-        heads = max(targets, loop.MIN_ROWS) if "sliced_heads" in flags else positions
+    elif "trimmed_cfg" in flags and loop.packed_counts(model, c_lens, t_lens, "sliced_heads" in flags):
+        # one packed forward of every row at its own length (at least MIN_ROWS positions, plus the padding rows
+        # loop.row_count finds this machine's GEMM needs: never more than stock's); the heads read each row's
+        # target frames once
+        own, targets, stock = sum(c_lens) + sum(t_lens), 2 * sum(t_lens), 2 * B * max_c
+        positions, heads = loop.packed_counts(model, c_lens, t_lens, "sliced_heads" in flags)
+        assert max(own, loop.MIN_ROWS) <= positions <= stock, (positions, own, stock)
+        assert (max(targets, loop.MIN_ROWS) if "sliced_heads" in flags else positions) <= heads <= stock, heads
         embedded = positions + (steps - 1) * targets if "static_prefix" in flags else steps * positions
         return {"llm_calls": steps, "llm_positions": steps * positions, "head_rows": steps * heads,
                 "embedded_positions": embedded}
@@ -54,7 +57,16 @@ def expected_work(model, kwargs, flags) -> dict:
         groups = {(max_c, max_c): list(t_lens) * 2}
     positions = sum(width * len(ts) for (_, width), ts in groups.items())
     targets = sum(len(ts) * max(ts) for ts in groups.values())  # each row gathered at its group's longest target
-    heads = sum(max(len(ts) * max(ts), loop.MIN_ROWS) for ts in groups.values()) if "sliced_heads" in flags else positions
+    heads = positions
+    if "sliced_heads" in flags and "batch_invariant" in flags:
+        heads = sum(max(len(ts) * max(ts), loop.MIN_ROWS) for ts in groups.values())
+    elif "sliced_heads" in flags:  # stock's layout: the target frames, padded as loop.row_count says (None: all)
+        starts = [c - t for c, t in zip(c_lens, t_lens)] + [0] * B  # conditional rows, then unconditional
+        frames = [torch.arange(max(t_lens)).clamp(max=t - 1) for t in 2 * t_lens]  # loop.index_targets' frames
+        stock_rows = torch.cat([r * max_c + s + f for r, (s, f) in enumerate(zip(starts, frames))])
+        least = max(stock_rows.numel(), loop.MIN_ROWS)
+        heads = loop.row_count(model, [model.audio_heads.weight], stock_rows, 2 * B * max_c, least) or positions
+        assert least <= heads <= positions, (heads, least, positions)
     embedded = positions + (steps - 1) * targets if "static_prefix" in flags else steps * positions
     return {"llm_calls": steps * len(groups), "llm_positions": steps * positions, "head_rows": steps * heads,
             "embedded_positions": embedded}
@@ -92,10 +104,8 @@ def test_work_matches_what_each_patch_removes(model, point, patches):
 
 @pytest.mark.cpu
 def test_a_patch_that_stops_applying_is_caught(model, monkeypatch):
-    """Disable one lossless patch (its apply becomes a no-op): the stack's counts no longer match. (Where GEMM rows
-    depend on the row count sliced_heads runs stock's layout anyway: static_prefix is disabled there instead.)"""
-    name, counter = ("sliced_heads", "head_rows") if loop.gemm_rows_independent(model) else \
-        ("static_prefix", "embedded_positions")
+    """Disable one lossless patch (its apply becomes a no-op): the stack's counts no longer match."""
+    name, counter = "static_prefix", "embedded_positions"
     real = fastpath.PATCHES[name]
     monkeypatch.setitem(fastpath.PATCHES, name, real.__class__(**{**vars(real), "apply": lambda m: None}))
     with pytest.raises(AssertionError, match=counter):
@@ -122,7 +132,11 @@ def test_flops_match_the_recorded_counts(model, checkpoint, point, request):
     got = {"stock": measured(model, POINTS[point])}
     with fastpath.patched(model):
         got["fastpath"] = measured(model, POINTS[point])
-    key = work_key(checkpoint) + ("" if loop.gemm_rows_independent(model) else "__stock-layout")  # loop.INEXACT_ROWS
+    c_lens, t_lens = lengths(model, POINTS[point])
+    counts = loop.packed_counts(model, c_lens, t_lens, True)  # the stack's rows on this machine (None: stock's layout)
+    own = sum(c_lens) + sum(t_lens)
+    key = work_key(checkpoint) + ("__stock-layout" if counts is None else "" if counts[0] == max(own, loop.MIN_ROWS)
+                                  else f"__rows+{counts[0] - max(own, loop.MIN_ROWS)}")
     data = json.loads(WORK_FILE.read_text()) if WORK_FILE.exists() else {"format": "fastpath-work-counters", "entries": {}}
     assert data.get("format") == "fastpath-work-counters", f"{WORK_FILE} is not a work-counter file; restore it from git"
     if request.config.getoption("save_baseline"):
@@ -132,7 +146,7 @@ def test_flops_match_the_recorded_counts(model, checkpoint, point, request):
     if recorded is None:
         pytest.skip(f"no recorded work counts for {key} / {point}; record them with: {SAVE_COMMAND}")
     assert got == recorded, f"{point}: work changed (measured vs recorded):\n{got}\n{recorded}"
-    if loop.gemm_rows_independent(model):  # else the stack runs stock's layout: the same arithmetic
+    if counts is not None:  # else the stack runs stock's layout: the same arithmetic
         assert got["fastpath"]["flops"] < got["stock"]["flops"]
 
 

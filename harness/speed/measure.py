@@ -237,7 +237,7 @@ def sequence_lengths(model, kwargs: dict, num_step: int = 32) -> tuple:
     """(c_lens, t_lens) of one non-chunked generate, as upstream computes them: the lengths work counts follow."""
     from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
 
-    call = {k: v for k, v in kwargs.items() if k not in ("num_step",)}
+    call = {k: v for k, v in kwargs.items() if k not in ("num_step", "postprocess_output")}
     task = model._preprocess_all(**call)
     cfg = OmniVoiceGenerationConfig(num_step=num_step)
     if task.get_indices(cfg, model.audio_tokenizer.config.frame_rate)[1]:
@@ -248,6 +248,16 @@ def sequence_lengths(model, kwargs: dict, num_step: int = 32) -> tuple:
         for i in range(task.batch_size)
     ]
     return c_lens, list(task.target_lens)
+
+
+def stack_packs(model, point_name: str) -> bool:
+    """Whether the lossless stack packs this point's rows on this machine (fastpath.loop.packed_counts), or runs
+    stock's layout for want of a row count with stock's bits (then it does stock's arithmetic)."""
+    from fastpath import loop
+    from harness.points import point
+
+    c_lens, t_lens = sequence_lengths(model, point(point_name).generate_kwargs(model, {}))
+    return loop.packed_counts(model, c_lens, t_lens, sliced_heads=True) is not None
 
 
 def batch_vs_each(model, batch_point: str, patches, rounds: int) -> dict:
