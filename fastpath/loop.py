@@ -350,6 +350,8 @@ class Packed:
     kinds: torch.Tensor  # [M]: 0 conditional, 1 unconditional
     frames: torch.Tensor  # [M]: 0..t_len-1
     columns: torch.Tensor  # [M]: item offset + frame
+    lengths: tuple  # positions of each of the R segments
+    real_rows: int  # 2B: the segments after them are padding
     head_rows: int  # rows of the heads' GEMM: the M target frames (sliced_heads) or all N positions, then padding
     embeds: torch.Tensor | None = None  # [1, N, H], static_prefix only
 
@@ -418,7 +420,8 @@ def packed_layout(model, inputs_list, c_lens, t_lens, offsets, sliced_heads: boo
         attention_mask=mask,
         slots=torch.cat([torch.arange(n) + r * P for r, n in enumerate(lengths)]).to(device),
         targets=targets.to(device), items=items.to(device), kinds=torch.cat(kinds).to(device),
-        frames=frames.to(device), columns=columns.to(device), head_rows=head_rows,
+        frames=frames.to(device), columns=columns.to(device), lengths=tuple(lengths), real_rows=2 * B,
+        head_rows=head_rows,
     )
 
 
@@ -434,7 +437,7 @@ def packed_logits(model, packed: Packed, flags):
         if "static_prefix" in flags:
             packed.embeds = embeds = embeds.clone()
     hidden = model.llm(inputs_embeds=embeds, attention_mask=packed.attention_mask, position_ids=packed.position_ids,
-                       fastpath_slots=packed.slots, return_dict=True)[0]  # [1, N, H]
+                       fastpath_slots=(packed.slots, packed.lengths, packed.real_rows), return_dict=True)[0]  # [1, N, H]
     if "sliced_heads" in flags:  # heads on the M target frames only (zero rows up to row_count's)
         rows = torch.nn.functional.pad(hidden[0, packed.targets], (0, 0, 0, packed.head_rows - len(packed.targets)))
         return audio_logits(model, rows[None])[0, : len(packed.targets)]
@@ -733,10 +736,12 @@ def padded_key_attention(inner: str):
 def unpacked_attention(inner: str, module, query, key, value, attention_mask, slots, **kwargs):
     """Attention of a packed forward (Packed) as stock computes it: query [1, heads, N, d] and key/value
     [1, kv_heads, N, d] scattered into zero-padded [R, heads, P, d] (in the memory order of stock's, a transpose
-    of [R, P, heads, d]), `inner` over that with the [R, 1, P, P] mask, and the packed positions gathered back:
-    out [1, N, heads, d]."""
+    of [R, P, heads, d]), `inner` over each run of rows with the same `attention_cut` (the first Q queries and K
+    keys of the row) with the matching part of the [R, 1, P, P] mask, and the packed positions gathered back:
+    out [1, N, heads, d]. slots: (packed position -> slot [N], each segment's length, number of real rows)."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+    slots, lengths, real_rows = slots
     R, P = attention_mask.size(0), attention_mask.size(-1)
 
     def unpack(t):  # [1, h, N, d] -> [R, h, P, d]
@@ -745,9 +750,61 @@ def unpacked_attention(inner: str, module, query, key, value, attention_mask, sl
         out[slots] = t[0].transpose(0, 1)
         return out.view(R, P, h, d).transpose(1, 2)
 
-    out, weights = ALL_ATTENTION_FUNCTIONS[inner](module, unpack(query), unpack(key), unpack(value), attention_mask,
-                                                  **kwargs)  # out: [R, P, heads, d]
+    query, key, value = unpack(query), unpack(key), unpack(value)
+    cuts = [attention_cut(inner, module, query, key, attention_mask[r : r + 1], n, kwargs) if r < real_rows
+            else (n, n) for r, n in enumerate(lengths)]  # a padding segment: its queries attend themselves only
+    out = query.new_zeros(R, P, query.size(1), query.size(3))  # [R, P, heads, d]
+    weights, first = None, 0
+    for r in range(1, R + 1):
+        if r < R and cuts[r] == cuts[first]:
+            continue
+        Q, K = cuts[first]
+        part, weights = ALL_ATTENTION_FUNCTIONS[inner](
+            module, query[first:r, :, :Q], key[first:r, :, :K], value[first:r, :, :K],
+            attention_mask[first:r, :, :Q, :K], **kwargs)  # [rows, Q, heads, d]
+        out[first:r, :Q] = part
+        first = r
     return out.reshape(R * P, *out.shape[2:])[slots][None], weights
+
+
+_ATTENTION_CUTS: dict = {}  # attention_cut's answers in this process
+
+
+def attention_cut(inner: str, module, query, key, mask, n: int, kwargs) -> tuple:
+    """(Q, K): the fewest queries and keys, from a short list, at which `inner` gives a row's n real queries the
+    bits they get over all P = mask.size(-1) queries and keys, as in stock's call. The list: queries rounded up
+    to 32 with keys rounded up to 64, then to the SDPA kernel's 512-key blocks, then (P, P). Measured once per
+    (P, n, shapes, threads) on random queries, keys and values in stock's memory order with the row's own mask
+    (the kernels' blocking follows the shapes, not the values); (P, P) off the CPU, where nothing claims
+    bit-exactness."""
+    from torch.utils._python_dispatch import _disable_current_modes
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    P = mask.size(-1)
+
+    def up(x: int, m: int) -> int:  # x rounded up to a multiple of m, at most P
+        return min(P, -(-x // m) * m)
+
+    candidates = [c for c in dict.fromkeys([(up(n, 32), max(up(n, 64), up(n, 32))),
+                                            (up(n, 32), max(up(n, 512), up(n, 32)))]) if c != (P, P)]
+    if not candidates or query.device.type != "cpu":
+        return (P, P)
+    h, kv_heads, d = query.size(1), key.size(1), query.size(3)
+    state = (inner, P, n, h, kv_heads, d, query.dtype, mask.dtype, torch.get_num_threads(), kwargs.get("scaling"),
+             hash(mask.cpu().numpy().tobytes()))
+    if state not in _ATTENTION_CUTS:
+        generator = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(1, P, heads, d, generator=generator).to(query.dtype).transpose(1, 2)
+                   for heads in (h, kv_heads, kv_heads))  # [1, heads, P, d] in stock's memory order
+
+        def real_queries(Q: int, K: int):  # [1, n, heads, d]
+            return ALL_ATTENTION_FUNCTIONS[inner](module, q[:, :, :Q], k[:, :, :K], v[:, :, :K], mask[..., :Q, :K],
+                                                  **kwargs)[0][:, :n]
+
+        with torch.no_grad(), _disable_current_modes():  # unseen by a FLOP counter around the generate it serves
+            want = real_queries(P, P)
+            _ATTENTION_CUTS[state] = next((c for c in candidates if torch.equal(real_queries(*c), want)), (P, P))
+    return _ATTENTION_CUTS[state]
 
 
 def install_padded_key_attention(model) -> None:
