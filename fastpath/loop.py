@@ -6,9 +6,9 @@ Lossless (bit-exact on CPU fp32):
   ([1, sum of row lengths], each row's positions counting from 0), so projections, MLPs and heads do no work on
   padding and the step still streams the weights once. Only inside attention are the rows unpacked into stock's
   [2B, heads, width, d] layout, zero-padded behind a mask: the CPU SDPA kernel blocks queries and keys by count,
-  and its reductions round differently at other counts (max |diff| 1.5e-7 without the padding); attention is a
-  small share of the FLOPs at these lengths. The GEMMs, though, run on fewer rows than stock's, and CPU GEMM
-  libraries pick their kernel by the row count: MKL's AVX-512 sgemm switches kernels at about K/8 rows (measured:
+  and its reductions round differently at other counts (max |diff| 1.5e-7 without the padding). Each row then
+  runs on as few of its queries and keys as `attention_cut` has measured to keep stock's bits. The GEMMs run on
+  fewer rows than stock's, and CPU GEMM libraries pick their kernel by the row count: MKL's AVX-512 sgemm switches kernels at about K/8 rows (measured:
   above 128 rows for K = 1024, 256 for K = 2048, 384 for K = 3072, at N >= 1024), and under its AVX2 cap the
   tiny checkpoint's narrow shapes give a row other bits at other counts and places in the call with no simple
   rule. So the packed forward gets as many padding rows as make every row's bits the ones it gets in stock's
@@ -140,7 +140,7 @@ def llm_weights(model) -> list:
     return list(shapes.values())
 
 
-def row_count(model, weights, stock_rows, stock_count: int, least: int):
+def row_count(weights, stock_rows, stock_count: int, least: int):
     """The smallest row count >= `least` at which `nn.functional.linear` gives rows 0..n-1 of a call the bits that
     rows `stock_rows` ([n], n <= least) of a `stock_count`-row call get, for every weight in `weights`; None if
     none up to `stock_count` does. Measured on random rows (the kernel depends on the shapes, not the values) by
@@ -350,8 +350,7 @@ class Packed:
     kinds: torch.Tensor  # [M]: 0 conditional, 1 unconditional
     frames: torch.Tensor  # [M]: 0..t_len-1
     columns: torch.Tensor  # [M]: item offset + frame
-    lengths: tuple  # positions of each of the R segments
-    real_rows: int  # 2B: the segments after them are padding
+    attention: tuple  # for unpacked_attention: (slots, positions of each of the R segments, 2B real rows, cuts)
     head_rows: int  # rows of the heads' GEMM: the M target frames (sliced_heads) or all N positions, then padding
     embeds: torch.Tensor | None = None  # [1, N, H], static_prefix only
 
@@ -363,16 +362,16 @@ def packed_counts(model, c_lens, t_lens, sliced_heads: bool):
     B, P = len(c_lens), max(c_lens)
     lengths = list(c_lens) + list(t_lens)  # conditional rows, then unconditional (their targets' lengths)
     slots = torch.cat([torch.arange(n) + r * P for r, n in enumerate(lengths)])  # row of each in stock's call
-    count = row_count(model, llm_weights(model), slots, 2 * B * P, max(sum(lengths), MIN_ROWS))
+    count = row_count(llm_weights(model), slots, 2 * B * P, max(sum(lengths), MIN_ROWS))
     if count is None:
         return None
     heads = [model.audio_heads.weight]
     if sliced_heads:  # the target frames: the tail of each row
         tails = zip(lengths, 2 * list(t_lens))
         targets = torch.cat([torch.arange(r * P + n - t, r * P + n) for r, (n, t) in enumerate(tails)])
-        head_rows = row_count(model, heads, targets, 2 * B * P, max(len(targets), MIN_ROWS))
+        head_rows = row_count(heads, targets, 2 * B * P, max(len(targets), MIN_ROWS))
     else:
-        head_rows = row_count(model, heads, slots, 2 * B * P, count)
+        head_rows = row_count(heads, slots, 2 * B * P, count)
     return None if head_rows is None else (count, head_rows)
 
 
@@ -413,15 +412,15 @@ def packed_layout(model, inputs_list, c_lens, t_lens, offsets, sliced_heads: boo
         frames.append(torch.arange(t))
     items, frames, targets = torch.cat(items), torch.cat(frames), torch.cat(targets)
     columns = torch.tensor(offsets)[items] + frames
+    slots = torch.cat([torch.arange(n) + r * P for r, n in enumerate(lengths)]).to(device)
     return Packed(
         input_ids=torch.cat([ids for ids, _ in segments], dim=1)[None],
         audio_mask=torch.cat([m for _, m in segments])[None],
         position_ids=torch.cat([torch.arange(n) for n in lengths])[None].to(device),
         attention_mask=mask,
-        slots=torch.cat([torch.arange(n) + r * P for r, n in enumerate(lengths)]).to(device),
+        slots=slots, attention=(slots, tuple(lengths), 2 * B, []),
         targets=targets.to(device), items=items.to(device), kinds=torch.cat(kinds).to(device),
-        frames=frames.to(device), columns=columns.to(device), lengths=tuple(lengths), real_rows=2 * B,
-        head_rows=head_rows,
+        frames=frames.to(device), columns=columns.to(device), head_rows=head_rows,
     )
 
 
@@ -437,7 +436,7 @@ def packed_logits(model, packed: Packed, flags):
         if "static_prefix" in flags:
             packed.embeds = embeds = embeds.clone()
     hidden = model.llm(inputs_embeds=embeds, attention_mask=packed.attention_mask, position_ids=packed.position_ids,
-                       fastpath_slots=(packed.slots, packed.lengths, packed.real_rows), return_dict=True)[0]  # [1, N, H]
+                       fastpath_slots=packed.attention, return_dict=True)[0]  # [1, N, H]
     if "sliced_heads" in flags:  # heads on the M target frames only (zero rows up to row_count's)
         rows = torch.nn.functional.pad(hidden[0, packed.targets], (0, 0, 0, packed.head_rows - len(packed.targets)))
         return audio_logits(model, rows[None])[0, : len(packed.targets)]
@@ -493,7 +492,7 @@ def group_logits(model, group: Group, flags, step: int = 0):
         if group.head_rows is None:
             G, W = group.input_ids.size(0), group.input_ids.size(2)
             stock_rows = (rows * W + group.positions).flatten()  # [G * T] rows of stock's heads call [G * W]
-            group.head_rows = row_count(model, [model.audio_heads.weight], stock_rows, G * W,
+            group.head_rows = row_count([model.audio_heads.weight], stock_rows, G * W,
                                         max(stock_rows.numel(), MIN_ROWS)) or 0  # 0: none, heads on every position
         if group.head_rows:
             picked = hidden[rows, group.positions].flatten(0, 1)  # [G * T, H]
@@ -738,10 +737,11 @@ def unpacked_attention(inner: str, module, query, key, value, attention_mask, sl
     [1, kv_heads, N, d] scattered into zero-padded [R, heads, P, d] (in the memory order of stock's, a transpose
     of [R, P, heads, d]), `inner` over each run of rows with the same `attention_cut` (the first Q queries and K
     keys of the row) with the matching part of the [R, 1, P, P] mask, and the packed positions gathered back:
-    out [1, N, heads, d]. slots: (packed position -> slot [N], each segment's length, number of real rows)."""
+    out [1, N, heads, d]. slots: (packed position -> slot [N], each segment's length, number of real rows, the
+    layout's list of cuts, filled by the first call)."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    slots, lengths, real_rows = slots
+    slots, lengths, real_rows, cuts = slots
     R, P = attention_mask.size(0), attention_mask.size(-1)
 
     def unpack(t):  # [1, h, N, d] -> [R, h, P, d]
@@ -751,8 +751,9 @@ def unpacked_attention(inner: str, module, query, key, value, attention_mask, sl
         return out.view(R, P, h, d).transpose(1, 2)
 
     query, key, value = unpack(query), unpack(key), unpack(value)
-    cuts = [attention_cut(inner, module, query, key, attention_mask[r : r + 1], n, kwargs) if r < real_rows
-            else (n, n) for r, n in enumerate(lengths)]  # a padding segment: its queries attend themselves only
+    if not cuts:  # the first layer of the layout's first forward; every layer has the same shapes and mask
+        cuts += [attention_cut(inner, module, query, key, attention_mask[r : r + 1], n, kwargs) if r < real_rows
+                 else (n, n) for r, n in enumerate(lengths)]  # a padding segment: its queries attend themselves only
     out = query.new_zeros(R, P, query.size(1), query.size(3))  # [R, P, heads, d]
     weights, first = None, 0
     for r in range(1, R + 1):

@@ -65,7 +65,7 @@ def expected_work(model, kwargs, flags) -> dict:
         frames = [torch.arange(max(t_lens)).clamp(max=t - 1) for t in 2 * t_lens]  # loop.index_targets' frames
         stock_rows = torch.cat([r * max_c + s + f for r, (s, f) in enumerate(zip(starts, frames))])
         least = max(stock_rows.numel(), loop.MIN_ROWS)
-        heads = loop.row_count(model, [model.audio_heads.weight], stock_rows, 2 * B * max_c, least) or positions
+        heads = loop.row_count([model.audio_heads.weight], stock_rows, 2 * B * max_c, least) or positions
         assert least <= heads <= positions, (heads, least, positions)
     embedded = positions + (steps - 1) * targets if "static_prefix" in flags else steps * positions
     return {"llm_calls": steps * len(groups), "llm_positions": steps * positions, "head_rows": steps * heads,

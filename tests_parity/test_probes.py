@@ -1,0 +1,81 @@
+"""The two probes the packed layout relies on, checked on fresh random data (another seed than theirs): the row
+count `loop.row_count` picks gives every real row stock's bits, and the query/key cut `loop.attention_cut` picks
+gives every real query stock's bits. End to end the parity tier checks the same through generate."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fastpath import loop
+
+
+def fresh(shape, seed: int = 1234):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize(("c_lens", "t_lens"), [([62], [43]), ([140], [42]), ([116, 140, 383], [24, 42, 234])],
+                         ids=["auto-short", "clone-short", "mixed-3"])
+def test_row_count_gives_every_row_stocks_bits(model, c_lens, t_lens):
+    B, P = len(c_lens), max(c_lens)
+    lengths = c_lens + t_lens
+    rows = torch.cat([torch.arange(n) + r * P for r, n in enumerate(lengths)])
+    count = loop.row_count(loop.llm_weights(model), rows, 2 * B * P, max(sum(lengths), loop.MIN_ROWS))
+    if count is None:
+        pytest.skip("no exact row count on this machine for these lengths: the call runs stock's layout "
+                    "(tests_patches/test_registry.py::test_a_call_without_an_exact_row_count_runs_stocks_layout)")
+    assert sum(lengths) <= count <= 2 * B * P
+    with torch.no_grad():
+        for w in loop.llm_weights(model):
+            x = fresh((2 * B * P, w.shape[1]))
+            stock = torch.nn.functional.linear(x, w)[rows]
+            packed = torch.nn.functional.linear(torch.cat([x[rows], x[: count - len(rows)]]), w)[: len(rows)]
+            assert torch.equal(packed, stock), f"{tuple(w.shape)}: rows at count {count} differ from stock's"
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize(("P", "n"), [(140, 42), (361, 142), (596, 352), (383, 24)])
+def test_attention_cut_gives_every_real_query_stocks_bits(model, P, n):
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    attn = model.llm.layers[0].self_attn
+    inner = model.llm.config._attn_implementation.split("|")[-1]
+    h, kv, d = model.llm.config.num_attention_heads, model.llm.config.num_key_value_heads, attn.head_dim
+    mask = torch.zeros(1, 1, P, P, dtype=torch.bool)
+    mask[..., :n, :n] = True
+    mask[0, 0, torch.arange(n, P), torch.arange(n, P)] = True
+    q, k, v = (fresh((1, P, heads, d), seed).transpose(1, 2) for heads, seed in ((h, 1), (kv, 2), (kv, 3)))
+    kwargs = {"scaling": attn.scaling, "dropout": 0.0}
+    Q, K = loop.attention_cut(inner, attn, q, k, mask, n, kwargs)
+    assert n <= Q <= P and Q <= K <= P
+    with torch.no_grad():
+        stock = ALL_ATTENTION_FUNCTIONS[inner](attn, q, k, v, mask, **kwargs)[0][:, :n]
+        cut = ALL_ATTENTION_FUNCTIONS[inner](attn, q[:, :, :Q], k[:, :, :K], v[:, :, :K], mask[..., :Q, :K],
+                                             **kwargs)[0][:, :n]
+    assert torch.equal(cut, stock), f"cut ({Q}, {K}) of ({n}, {P}) gives other bits than stock's full width"
+
+
+# The points where, on the AVX-512 Xeon, the packed rows cross MKL's kernel switches (the GEMMs at K = 2048 and
+# 3072, the heads at 128 rows) and attention is cut: the full-size model's shapes, which the tiny model lacks.
+FULL_SIZE_POINTS = ["clone3-short-32", "clone3-medium-32", "clone6-short-32", "clone6-medium-32", "clone6-long-32"]
+
+
+@pytest.mark.cpu
+@pytest.mark.slow
+@pytest.mark.parametrize("name", FULL_SIZE_POINTS)
+def test_the_stack_is_bit_exact_on_the_full_size_model(full_checkpoint, name):
+    """2 steps of stock and of the lossless stack on the full-size checkpoint: every per-step logit, score,
+    token and waveform equal (what scripts/full_size_parity.py tabulates over the whole grid)."""
+    import fastpath
+    from harness.checkpoint import load_model
+    from harness.parity import compare_runs, record_generation
+    from harness.speed.bench import point_kwargs
+
+    model = load_model(full_checkpoint)
+    kwargs = point_kwargs(name, model, {}, steps=2)
+    stock = record_generation(model, seed=0, **kwargs)
+    with fastpath.patched(model):
+        stack = record_generation(model, seed=0, **kwargs)
+    problems = compare_runs(stock, stack)
+    assert not problems, f"{name} at full size: not bit-exact:\n  " + "\n  ".join(problems)
