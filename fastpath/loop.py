@@ -11,10 +11,11 @@ Lossless (bit-exact on CPU fp32):
   fewer rows than stock's, and CPU GEMM libraries pick their kernel by the row count: MKL's AVX-512 sgemm switches kernels at about K/8 rows (measured:
   above 128 rows for K = 1024, 256 for K = 2048, 384 for K = 3072, at N >= 1024), and under its AVX2 cap the
   tiny checkpoint's narrow shapes give a row other bits at other counts and places in the call with no simple
-  rule. So the packed forward gets as many padding rows as make every row's bits the ones it gets in stock's
-  call: `row_count` measures that once per layout (random rows at their real places, the model's own weights,
-  this machine's kernels), and a call for which no count works runs stock's layout and says so in
-  `model._fastpath_warnings`.
+  rule. So each GEMM of the packed forward gets as many padding rows as make every row's bits the ones it gets
+  in stock's call: `row_count` measures that once per layout and weight shape (random rows at their real
+  places, the model's own weights, this machine's kernels); the forward runs at the least of these counts and
+  `padded_gemms` pads only the GEMMs whose shape needs more (e.g. only the K = 2048 projection, above 256 rows).
+  A call for which some GEMM has no such count runs stock's layout and says so in `model._fastpath_warnings`.
 - `sliced_heads`: the audio heads (hidden -> 8 x 1025 logits) run only on the target positions the sampler
   reads, not on style, text and reference positions.
 - `static_prefix`: the input embedding of the static prefix (style, text, reference) is computed once per
@@ -35,6 +36,7 @@ upstream's own code or follows it step for step, so the random stream and the pe
 
 from __future__ import annotations
 
+import contextlib
 import math
 import types
 from dataclasses import dataclass
@@ -352,27 +354,41 @@ class Packed:
     columns: torch.Tensor  # [M]: item offset + frame
     attention: tuple  # for unpacked_attention: (slots, positions of each of the R segments, 2B real rows, cuts)
     head_rows: int  # rows of the heads' GEMM: the M target frames (sliced_heads) or all N positions, then padding
+    gemm_rows: dict  # LLM weight shape -> rows of its GEMM where more than N (`padded_gemms`)
     embeds: torch.Tensor | None = None  # [1, N, H], static_prefix only
 
 
-def packed_counts(model, c_lens, t_lens, sliced_heads: bool):
-    """Rows of the packed forward's GEMMs and of the heads' GEMM (the target frames with sliced_heads, else every
-    packed position) for rows of these lengths: the least counts with stock's bits (`row_count`), at least the
-    rows' own and MIN_ROWS; None if there is none on this machine."""
+@dataclass
+class Counts:
+    """Rows of a packed step's GEMMs on this machine (`packed_counts`)."""
+
+    llm: int  # positions of the packed forward: the rows' own, plus padding where every LLM GEMM needs more
+    gemms: dict  # weight shape (N, K) -> rows of that LLM GEMM, for the shapes that need more than `llm`
+    heads: int  # rows of the heads' GEMM
+
+
+def packed_counts(model, c_lens, t_lens, sliced_heads: bool) -> Counts | None:
+    """Rows of the packed forward's GEMMs, one count per weight shape, and of the heads' GEMM (the target frames
+    with sliced_heads, else every packed position), for rows of these lengths: the least counts with stock's bits
+    (`row_count`), at least the rows' own and MIN_ROWS; None if some GEMM has none on this machine."""
     B, P = len(c_lens), max(c_lens)
     lengths = list(c_lens) + list(t_lens)  # conditional rows, then unconditional (their targets' lengths)
     slots = torch.cat([torch.arange(n) + r * P for r, n in enumerate(lengths)])  # row of each in stock's call
-    count = row_count(llm_weights(model), slots, 2 * B * P, max(sum(lengths), MIN_ROWS))
-    if count is None:
+    least = max(sum(lengths), MIN_ROWS)
+    counts = {tuple(w.shape): row_count([w], slots, 2 * B * P, least) for w in llm_weights(model)}
+    if None in counts.values():
         return None
+    llm = min(counts.values())  # the forward's positions; the shapes that need more pad their own GEMM
     heads = [model.audio_heads.weight]
     if sliced_heads:  # the target frames: the tail of each row
         tails = zip(lengths, 2 * list(t_lens))
         targets = torch.cat([torch.arange(r * P + n - t, r * P + n) for r, (n, t) in enumerate(tails)])
         head_rows = row_count(heads, targets, 2 * B * P, max(len(targets), MIN_ROWS))
     else:
-        head_rows = row_count(heads, slots, 2 * B * P, count)
-    return None if head_rows is None else (count, head_rows)
+        head_rows = row_count(heads, slots, 2 * B * P, llm)
+    if head_rows is None:
+        return None
+    return Counts(llm, {shape: n for shape, n in counts.items() if n > llm}, head_rows)
 
 
 def packed_layout(model, inputs_list, c_lens, t_lens, offsets, sliced_heads: bool = False) -> Packed | None:
@@ -386,8 +402,7 @@ def packed_layout(model, inputs_list, c_lens, t_lens, offsets, sliced_heads: boo
     counts = packed_counts(model, c_lens, t_lens, sliced_heads)
     if counts is None:
         return None
-    count, head_rows = counts
-    pad = count - sum(lengths)
+    pad = counts.llm - sum(lengths)
     while pad > 0:  # padding segments (at most P positions each): masked ids attending to themselves only
         n = min(pad, P)
         segments.append((torch.full((C, n), model.config.audio_mask_id, device=device),
@@ -420,7 +435,7 @@ def packed_layout(model, inputs_list, c_lens, t_lens, offsets, sliced_heads: boo
         attention_mask=mask,
         slots=slots, attention=(slots, tuple(lengths), 2 * B, []),
         targets=targets.to(device), items=items.to(device), kinds=torch.cat(kinds).to(device),
-        frames=frames.to(device), columns=columns.to(device), head_rows=head_rows,
+        frames=frames.to(device), columns=columns.to(device), head_rows=counts.heads, gemm_rows=counts.gemms,
     )
 
 
@@ -435,13 +450,33 @@ def packed_logits(model, packed: Packed, flags):
         embeds = model._prepare_embed_inputs(packed.input_ids, packed.audio_mask)  # [1, N, H]
         if "static_prefix" in flags:
             packed.embeds = embeds = embeds.clone()
-    hidden = model.llm(inputs_embeds=embeds, attention_mask=packed.attention_mask, position_ids=packed.position_ids,
-                       fastpath_slots=packed.attention, return_dict=True)[0]  # [1, N, H]
+    with padded_gemms(model, packed.gemm_rows, packed.input_ids.size(-1)):
+        hidden = model.llm(inputs_embeds=embeds, attention_mask=packed.attention_mask,
+                           position_ids=packed.position_ids, fastpath_slots=packed.attention, return_dict=True)[0]
     if "sliced_heads" in flags:  # heads on the M target frames only (zero rows up to row_count's)
         rows = torch.nn.functional.pad(hidden[0, packed.targets], (0, 0, 0, packed.head_rows - len(packed.targets)))
         return audio_logits(model, rows[None])[0, : len(packed.targets)]
     rows = torch.nn.functional.pad(hidden[0], (0, 0, 0, packed.head_rows - hidden.size(1)))  # every position
     return audio_logits(model, rows[None])[0, packed.targets]
+
+
+@contextlib.contextmanager
+def padded_gemms(model, rows: dict, n: int):
+    """While open, each Linear of the LLM's layers whose weight shape is in `rows` runs on that many rows: its
+    input [1, n, K] gets zero rows up to it, and its output is cut back to the first n."""
+    handles = []
+    try:
+        for layer in model.llm.layers if rows else ():
+            for module in layer.modules():
+                if isinstance(module, torch.nn.Linear) and tuple(module.weight.shape) in rows:
+                    extra = rows[tuple(module.weight.shape)] - n
+                    handles.append(module.register_forward_pre_hook(
+                        lambda _, args, extra=extra: (torch.nn.functional.pad(args[0], (0, 0, 0, extra)), *args[1:])))
+                    handles.append(module.register_forward_hook(lambda _, args, out: out[:, :n]))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def audio_logits(model, hidden):

@@ -35,7 +35,7 @@ def main() -> int:
     model = load_model(resolve_checkpoint(None, size="full"))
     prompts: dict = {}
     failed = 0
-    print("| point | stock rows | own | packed LLM rows, heads rows | attention (real, P) -> (queries, keys) "
+    print("| point | stock rows | own | packed LLM rows, heads rows; padded GEMMs (N x K: rows) | attention (real, P) -> (queries, keys) "
           "| stock s | stack s | bit-exact |")
     print("|---|---|---|---|---|---|---|---|")
     for name in args.points:
@@ -52,7 +52,8 @@ def main() -> int:
             stack_s = time.perf_counter() - start
         problems = compare_runs(stock, stack, limit=3)
         failed += bool(problems)
-        packed = "stock's layout" if counts is None else f"{counts[0]}, {counts[1]}"
+        packed = ("stock's layout" if counts is None else f"{counts.llm}, {counts.heads}"
+                  + "".join(f"; {n}x{k}: {rows}" for (n, k), rows in sorted(counts.gemms.items())))
         cuts = ", ".join(f"({key[2]}, {key[1]}) -> {cut}" for key, cut in loop._ATTENTION_CUTS.items())
         print(f"| {name} | {2 * len(c_lens) * max(c_lens)} | {sum(c_lens) + sum(t_lens)} | {packed} | {cuts} "
               f"| {stock_s:.1f} | "

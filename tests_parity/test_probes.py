@@ -21,17 +21,18 @@ def test_row_count_gives_every_row_stocks_bits(model, c_lens, t_lens):
     B, P = len(c_lens), max(c_lens)
     lengths = c_lens + t_lens
     rows = torch.cat([torch.arange(n) + r * P for r, n in enumerate(lengths)])
-    count = loop.row_count(loop.llm_weights(model), rows, 2 * B * P, max(sum(lengths), loop.MIN_ROWS))
-    if count is None:
-        pytest.skip("no exact row count on this machine for these lengths: the call runs stock's layout "
-                    "(tests_patches/test_registry.py::test_a_call_without_an_exact_row_count_runs_stocks_layout)")
-    assert sum(lengths) <= count <= 2 * B * P
-    with torch.no_grad():
-        for w in loop.llm_weights(model):
+    for w in loop.llm_weights(model):
+        count = loop.row_count([w], rows, 2 * B * P, max(sum(lengths), loop.MIN_ROWS))
+        if count is None:
+            pytest.skip(f"no exact row count on this machine for these lengths ({tuple(w.shape)}): the call runs "
+                        "stock's layout (tests_patches/test_registry.py::"
+                        "test_a_call_without_an_exact_row_count_runs_stocks_layout)")
+        assert sum(lengths) <= count <= 2 * B * P
+        with torch.no_grad():
             x = fresh((2 * B * P, w.shape[1]))
             stock = torch.nn.functional.linear(x, w)[rows]
             packed = torch.nn.functional.linear(torch.cat([x[rows], x[: count - len(rows)]]), w)[: len(rows)]
-            assert torch.equal(packed, stock), f"{tuple(w.shape)}: rows at count {count} differ from stock's"
+        assert torch.equal(packed, stock), f"{tuple(w.shape)}: rows at count {count} differ from stock's"
 
 
 @pytest.mark.cpu
@@ -79,3 +80,26 @@ def test_the_stack_is_bit_exact_on_the_full_size_model(full_checkpoint, name):
         stack = record_generation(model, seed=0, **kwargs)
     problems = compare_runs(stock, stack)
     assert not problems, f"{name} at full size: not bit-exact:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.cpu
+def test_padded_gemms_runs_only_the_named_shapes_on_more_rows(model):
+    """loop.padded_gemms: the GEMMs of the named weight shape see that many rows, the others the forward's own;
+    the forward's output is the same shape and (rows being independent here or not) every hook is gone after."""
+    weights = loop.llm_weights(model)
+    shape = tuple(weights[0].shape)
+    seen: dict = {}
+    linears = [m for m in model.llm.layers.modules() if isinstance(m, torch.nn.Linear)]
+    embeds, spies = fresh((1, 20, model.llm.config.hidden_size)), []
+    try:
+        with torch.no_grad(), loop.padded_gemms(model, {shape: 37}, 20):  # spies after its hooks: they see its rows
+            spies = [m.register_forward_pre_hook(
+                lambda m, a: seen.setdefault(tuple(m.weight.shape), set()).add(a[0].size(1))) for m in linears]
+            hidden = model.llm(inputs_embeds=embeds, return_dict=True)[0]
+    finally:
+        for spy in spies:
+            spy.remove()
+    assert hidden.shape == (1, 20, model.llm.config.hidden_size)
+    assert seen.pop(shape) == {37}, f"{shape}: not run on the 37 rows asked for"
+    assert all(rows == {20} for rows in seen.values()), f"other shapes padded: {seen}"
+    assert not any(m._forward_pre_hooks or m._forward_hooks for m in linears), "padded_gemms left a hook behind"

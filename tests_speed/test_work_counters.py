@@ -44,10 +44,12 @@ def expected_work(model, kwargs, flags) -> dict:
                 groups.setdefault((c, max(length, min(loop.MIN_ROWS, c))), []).append(t)
     elif "trimmed_cfg" in flags and loop.packed_counts(model, c_lens, t_lens, "sliced_heads" in flags):
         # one packed forward of every row at its own length (at least MIN_ROWS positions, plus the padding rows
-        # loop.row_count finds this machine's GEMM needs: never more than stock's); the heads read each row's
+        # loop.row_count finds this machine's GEMMs need: never more than stock's); the heads read each row's
         # target frames once
         own, targets, stock = sum(c_lens) + sum(t_lens), 2 * sum(t_lens), 2 * B * max_c
-        positions, heads = loop.packed_counts(model, c_lens, t_lens, "sliced_heads" in flags)
+        counts = loop.packed_counts(model, c_lens, t_lens, "sliced_heads" in flags)
+        positions, heads = counts.llm, counts.heads
+        assert all(positions < rows <= stock for rows in counts.gemms.values()), (counts, stock)
         assert max(own, loop.MIN_ROWS) <= positions <= stock, (positions, own, stock)
         assert (max(targets, loop.MIN_ROWS) if "sliced_heads" in flags else positions) <= heads <= stock, heads
         embedded = positions + (steps - 1) * targets if "static_prefix" in flags else steps * positions
@@ -121,6 +123,14 @@ def test_prompt_cache_encodes_a_reference_once(model):
         assert total == encodes, f"{patches or 'stock'}: {total} reference encodes over 2 calls, expected {encodes}"
 
 
+def layout_key(counts, least: int) -> str:
+    """What the packed layout pads on this machine, for the FLOPs' key: '' where nothing."""
+    if counts is None:
+        return "__stock-layout"
+    key = f"__rows+{counts.llm - least}" if counts.llm > least else ""
+    return key + "".join(f"__{n}x{k}+{rows - least}" for (n, k), rows in sorted(counts.gemms.items()))
+
+
 def work_key(checkpoint) -> str:
     return f"{checkpoint.identity}__torch-{metadata.version('torch')}__omnivoice-{metadata.version('omnivoice')}"
 
@@ -134,9 +144,7 @@ def test_flops_match_the_recorded_counts(model, checkpoint, point, request):
         got["fastpath"] = measured(model, POINTS[point])
     c_lens, t_lens = lengths(model, POINTS[point])
     counts = loop.packed_counts(model, c_lens, t_lens, True)  # the stack's rows on this machine (None: stock's layout)
-    own = sum(c_lens) + sum(t_lens)
-    key = work_key(checkpoint) + ("__stock-layout" if counts is None else "" if counts[0] == max(own, loop.MIN_ROWS)
-                                  else f"__rows+{counts[0] - max(own, loop.MIN_ROWS)}")
+    key = work_key(checkpoint) + layout_key(counts, max(sum(c_lens) + sum(t_lens), loop.MIN_ROWS))
     data = json.loads(WORK_FILE.read_text()) if WORK_FILE.exists() else {"format": "fastpath-work-counters", "entries": {}}
     assert data.get("format") == "fastpath-work-counters", f"{WORK_FILE} is not a work-counter file; restore it from git"
     if request.config.getoption("save_baseline"):
