@@ -39,7 +39,7 @@ from __future__ import annotations
 import contextlib
 import math
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -332,12 +332,23 @@ def trimmed_groups(model, inputs_list, c_lens, t_lens, own_width: bool = False, 
 
 
 @dataclass
+class Unpacking:
+    """How unpacked_attention lays the N packed positions out in stock's attention batch [R, heads, P, d]."""
+
+    slots: torch.Tensor  # [N]: slot of each packed position in the [R * P] unpacked positions
+    lengths: tuple  # positions of each of the R segments
+    real_rows: int  # the first 2B segments are rows; the others padding
+    cuts: list = field(default_factory=list)  # each segment's (queries, keys) from attention_cut: set by the
+    # first layer of the layout's first forward (every layer and step has the same shapes and mask)
+
+
+@dataclass
 class Packed:
     """trimmed_cfg's layout: every row of a step back to back along the sequence axis of one forward.
 
     The N packed positions hold the B conditional rows (item order), then the B unconditional rows, then, if the
     rows add up to fewer than MIN_ROWS positions, a padding segment. Attention unpacks them into stock's layout:
-    R segments of P = max(c_lens) slots each (`slots`), masked as `attention_mask` says. Every target frame of
+    R segments of P = max(c_lens) slots each (`unpacking`), masked as `attention_mask` says. Every target frame of
     every row is listed once (M = 2 x sum(t_lens) frames) with where it sits in the forward (`targets`), which item,
     kind and frame it is, and its column in the packed logits [2, C, sum(t_lens), V].
     """
@@ -346,13 +357,12 @@ class Packed:
     audio_mask: torch.Tensor  # [1, N]
     position_ids: torch.Tensor  # [1, N]: each row's positions count from 0, as in stock's batch
     attention_mask: torch.Tensor  # [R, 1, P, P] bool: stock's mask for each real row; self only on padding
-    slots: torch.Tensor  # [N]: slot of each packed position in the unpacked [R * P] attention batch
+    unpacking: Unpacking  # where each packed position sits in stock's attention batch (unpacked_attention)
     targets: torch.Tensor  # [M]: packed position of each target frame
     items: torch.Tensor  # [M]
     kinds: torch.Tensor  # [M]: 0 conditional, 1 unconditional
     frames: torch.Tensor  # [M]: 0..t_len-1
     columns: torch.Tensor  # [M]: item offset + frame
-    attention: tuple  # for unpacked_attention: (slots, positions of each of the R segments, 2B real rows, cuts)
     head_rows: int  # rows of the heads' GEMM: the M target frames (sliced_heads) or all N positions, then padding
     gemm_rows: dict  # LLM weight shape -> rows of its GEMM where more than N (`padded_gemms`)
     embeds: torch.Tensor | None = None  # [1, N, H], static_prefix only
@@ -433,7 +443,7 @@ def packed_layout(model, inputs_list, c_lens, t_lens, offsets, sliced_heads: boo
         audio_mask=torch.cat([m for _, m in segments])[None],
         position_ids=torch.cat([torch.arange(n) for n in lengths])[None].to(device),
         attention_mask=mask,
-        slots=slots, attention=(slots, tuple(lengths), 2 * B, []),
+        unpacking=Unpacking(slots, tuple(lengths), 2 * B),
         targets=targets.to(device), items=items.to(device), kinds=torch.cat(kinds).to(device),
         frames=frames.to(device), columns=columns.to(device), head_rows=counts.heads, gemm_rows=counts.gemms,
     )
@@ -452,7 +462,7 @@ def packed_logits(model, packed: Packed, flags):
             packed.embeds = embeds = embeds.clone()
     with padded_gemms(model, packed.gemm_rows, packed.input_ids.size(-1)):
         hidden = model.llm(inputs_embeds=embeds, attention_mask=packed.attention_mask,
-                           position_ids=packed.position_ids, fastpath_slots=packed.attention, return_dict=True)[0]
+                           position_ids=packed.position_ids, fastpath_unpacking=packed.unpacking, return_dict=True)[0]
     if "sliced_heads" in flags:  # heads on the M target frames only (zero rows up to row_count's)
         rows = torch.nn.functional.pad(hidden[0, packed.targets], (0, 0, 0, packed.head_rows - len(packed.targets)))
         return audio_logits(model, rows[None])[0, : len(packed.targets)]
@@ -749,9 +759,9 @@ def padded_key_attention(inner: str):
     """An attention function that zero-pads keys/values up to the mask's width, then calls `inner`."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    def attention(module, query, key, value, attention_mask, fastpath_slots=None, **kwargs):
-        if fastpath_slots is not None:
-            return unpacked_attention(inner, module, query, key, value, attention_mask, fastpath_slots, **kwargs)
+    def attention(module, query, key, value, attention_mask, fastpath_unpacking=None, **kwargs):
+        if fastpath_unpacking is not None:
+            return unpacked_attention(inner, module, query, key, value, attention_mask, fastpath_unpacking, **kwargs)
         # query: [G, heads, L, d]; key/value: [G, kv_heads, L, d]; attention_mask: [G, 1, L, P], P >= L
         # (prefix_kv_cache's cached steps pass fewer queries than keys, with a mask as wide as the keys: as is)
         L = query.size(2)
@@ -767,16 +777,15 @@ def padded_key_attention(inner: str):
     return attention
 
 
-def unpacked_attention(inner: str, module, query, key, value, attention_mask, slots, **kwargs):
+def unpacked_attention(inner: str, module, query, key, value, attention_mask, unpacking: Unpacking, **kwargs):
     """Attention of a packed forward (Packed) as stock computes it: query [1, heads, N, d] and key/value
     [1, kv_heads, N, d] scattered into zero-padded [R, heads, P, d] (in the memory order of stock's, a transpose
     of [R, P, heads, d]), `inner` over each run of rows with the same `attention_cut` (the first Q queries and K
     keys of the row) with the matching part of the [R, 1, P, P] mask, and the packed positions gathered back:
-    out [1, N, heads, d]. slots: (packed position -> slot [N], each segment's length, number of real rows, the
-    layout's list of cuts, filled by the first call)."""
+    out [1, N, heads, d]."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    slots, lengths, real_rows, cuts = slots
+    slots, lengths, cuts = unpacking.slots, unpacking.lengths, unpacking.cuts
     R, P = attention_mask.size(0), attention_mask.size(-1)
 
     def unpack(t):  # [1, h, N, d] -> [R, h, P, d]
@@ -787,7 +796,7 @@ def unpacked_attention(inner: str, module, query, key, value, attention_mask, sl
 
     query, key, value = unpack(query), unpack(key), unpack(value)
     if not cuts:  # the first layer of the layout's first forward; every layer has the same shapes and mask
-        cuts += [attention_cut(inner, module, query, key, attention_mask[r : r + 1], n, kwargs) if r < real_rows
+        cuts += [attention_cut(inner, module, query, key, attention_mask[r : r + 1], n, kwargs) if r < unpacking.real_rows
                  else (n, n) for r, n in enumerate(lengths)]  # a padding segment: its queries attend themselves only
     out = query.new_zeros(R, P, query.size(1), query.size(3))  # [R, P, heads, d]
     weights, first = None, 0
@@ -809,7 +818,7 @@ _ATTENTION_CUTS: dict = {}  # attention_cut's answers in this process
 def attention_cut(inner: str, module, query, key, mask, n: int, kwargs) -> tuple:
     """(Q, K): the fewest queries and keys, from a short list, at which `inner` gives a row's n real queries the
     bits they get over all P = mask.size(-1) queries and keys, as in stock's call. The list: queries rounded up
-    to 32 with keys rounded up to 64, then to the SDPA kernel's 512-key blocks, then (P, P). Measured once per
+    to 32 with keys rounded up to 64, then to the SDPA kernel's 512-key blocks, then to all P keys, then (P, P). Measured once per
     (P, n, shapes, threads) on random queries, keys and values in stock's memory order with the row's own mask
     (the kernels' blocking follows the shapes, not the values); (P, P) off the CPU, where nothing claims
     bit-exactness."""
@@ -822,7 +831,7 @@ def attention_cut(inner: str, module, query, key, mask, n: int, kwargs) -> tuple
         return min(P, -(-x // m) * m)
 
     candidates = [c for c in dict.fromkeys([(up(n, 32), max(up(n, 64), up(n, 32))),
-                                            (up(n, 32), max(up(n, 512), up(n, 32)))]) if c != (P, P)]
+                                            (up(n, 32), max(up(n, 512), up(n, 32))), (up(n, 32), P)]) if c != (P, P)]
     if not candidates or query.device.type != "cpu":
         return (P, P)
     h, kv_heads, d = query.size(1), key.size(1), query.size(3)

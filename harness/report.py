@@ -79,7 +79,7 @@ def measure_timing(ckpt, rounds: int) -> dict:
     specs = {s.name: s for s in (bench.parse_variant(n, "cpu", "fp32") for n in names)}
     variants = bench.build_variants(ckpt, list(specs.values()), "cpu")
     results = bench.run_variant_bench(variants, TIMING_POINTS, rounds, TIMING_STEPS)
-    flops = bench.flop_bounds(variants, TIMING_POINTS)
+    flops = bench.flop_bounds(variants, TIMING_POINTS, TIMING_STEPS)
     return {"checkpoint": f"{ckpt.identity} ({ckpt.kind})", "rounds": rounds, "steps": TIMING_STEPS,
             "peer_installed": "peer" in names,
             "table": bench.format_table(results, specs, machine.summary(), flops),
@@ -111,7 +111,7 @@ def render_report(report: dict) -> str:
     out += ["", f"## Timing on {r['checkpoint']} (CPU fp32, {r['steps']} steps, {r['rounds']} interleaved rounds "
                 f"after one warm-up each)",
             "", "RTF = seconds per second of audio; speedups are stock's median over the variant's; the bound is "
-            "stock's FLOPs over the variant's (a perfect implementation of the same arithmetic), efficiency = "
+            "stock's FLOPs of the whole generate over the variant's (a perfect implementation of the same arithmetic), efficiency = "
             f"speedup / bound.{peer}", "", r["table"],
             "", f"Verdict: **{'PASS' if report['ok'] else 'FAIL'}**", ""]
     return "\n".join(out)

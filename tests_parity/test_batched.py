@@ -175,5 +175,5 @@ def test_packed_rows_run_as_one_forward_without_padding(model, stock_batch):
     assert own <= got < own + loop.PROBE_SCAN, f"packed positions {got}: not the rows' own {own} (+ < {loop.PROBE_SCAN})"
     R = 2 * B + (got > own)  # a padding segment when row_count added rows
     assert packed.attention_mask.shape == (R, 1, P, P), "attention is not unpacked to stock's width"
-    assert packed.slots.unique().numel() == packed.slots.numel(), "two packed positions share an attention slot"
+    assert packed.unpacking.slots.unique().numel() == packed.unpacking.slots.numel(), "two packed positions share an attention slot"
     assert packed.targets.numel() == 2 * sum(t_lens), "each target frame of each row listed once"

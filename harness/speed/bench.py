@@ -18,8 +18,9 @@ Variants by name (`--variants`), each optionally at a dtype (`name@bf16`), for t
 Each distinct (dtype, patch set) gets its own model instance, patched once (captures and compiles are paid in
 the warm-up round, reported as first-call seconds, never in the samples).
 
-The FLOP bound (`--bound`, CPU): each variant's FLOPs of one generate at the point's shapes (2 steps: every step
-has the same shapes), counted by torch's flop counter with the CPU attention kernel added; bound = first
+The FLOP bound (`--bound`, CPU): each variant's FLOPs of one whole generate at the point's shapes and the timed
+step count (`flop_bounds`: counted at 2 steps, the loop's share scaled: every step has the same shapes), by
+torch's flop counter with the CPU attention kernel added; bound = first
 variant's FLOPs / this variant's, the speedup a perfect implementation of the same arithmetic would reach where
 compute is all that costs; efficiency = measured speedup / bound. Stock, the public package and this project
 side by side, at full size:
@@ -147,18 +148,27 @@ def run_variant_bench(variants: dict, names, rounds: int, steps: int | None = No
     return {name: interleaved_variants(variants, point_kwargs(name, first, prompts, steps), rounds) for name in names}
 
 
-def flop_bounds(variants: dict, names, steps: int = BOUND_STEPS) -> dict:
-    """point -> variant -> FLOPs of one generate at `steps` steps (each variant's model with its patches)."""
+def flop_bounds(variants: dict, names, steps: int | None = None) -> dict:
+    """point -> variant -> FLOPs of one whole generate (text preparation, the unmasking loop, decoding; voice prompts
+    are encoded before, as in the timed calls) at `steps` unmasking steps (None: the point's own), each variant's
+    model with its patches. Counted at BOUND_STEPS steps, whole call and loop alone; the loop's share is scaled to
+    `steps` (every step has the same shapes), so the bound compares the same work the clock measures."""
     prompts: dict = {}
     first = next(iter(variants.values())).model
     out = {}
     for name in names:
-        kwargs = point_kwargs(name, first, prompts, steps)
-        calls = kwargs if isinstance(kwargs, list) else [kwargs]
+        timed, counted = (point_kwargs(name, first, prompts, n) for n in (steps, BOUND_STEPS))
+        pairs = list(zip(timed, counted)) if isinstance(timed, list) else [(timed, counted)]
         out[name] = {}
         for v, variant in variants.items():
+            total = 0.0
             with fastpath.patched(variant.model, list(variant.patches)):
-                out[name][v] = sum(count_work(variant.model, seed=0, **{**k, **variant.overrides}).flops for k in calls)
+                for t, k in pairs:
+                    call = {**k, **variant.overrides}
+                    loop = count_work(variant.model, seed=0, **call).flops
+                    whole = count_work(variant.model, seed=0, whole_call=True, **call).flops
+                    total += whole + (t["num_step"] / BOUND_STEPS - 1) * loop
+            out[name][v] = round(total)
     return out
 
 
@@ -238,7 +248,7 @@ def main(argv=None) -> int:
         parser.error(str(err))
     variants = build_variants(ckpt, list(specs.values()), args.device)
     results = run_variant_bench(variants, args.points, args.rounds, args.num_step)
-    flops = flop_bounds(variants, args.points) if args.bound else None
+    flops = flop_bounds(variants, args.points, args.num_step) if args.bound else None
     info = machine_info(args.device)
     gpu = f"{info.get('gpu_name')}, " if info.get("gpu_name") else ""
     machine = f"{gpu}{summary()}, torch {info['versions']['torch']}, {platform.platform()}"
@@ -253,7 +263,7 @@ def main(argv=None) -> int:
             "variants": {n: {"patches": list(s.patches), "dtype": s.dtype, "overrides": s.overrides}
                          for n, s in specs.items()},
             "results": {n: {v: vars(s) for v, s in r.items()} for n, r in results.items()},
-            "flops": flops, "bound_steps": BOUND_STEPS if flops else None,
+            "flops": flops, "flops_of": "one whole generate at the timed step count (flop_bounds)" if flops else None,
         }, indent=1, default=str))
     if args.save_baseline:
         from harness.speed.baselines import save_baseline

@@ -213,10 +213,10 @@ def _cpu_attention_flops(query_shape, key_shape, value_shape, *args, out_shape=N
 CPU_ATTENTION_FLOPS = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_attention_flops}
 
 
-def count_work(model, seed: int = 0, **kwargs) -> Work:
+def count_work(model, seed: int = 0, whole_call: bool = False, **kwargs) -> Work:
     """Exact work of one generate: FLOPs of the unmasking loop (torch's flop counter, with the CPU attention kernel
-    counted as the CUDA ones are; reference encoding and waveform decoding are outside it) plus the hook counts
-    over the whole call."""
+    counted as the CUDA ones are; text preparation, reference encoding and waveform decoding are outside it, or
+    inside with `whole_call`) plus the hook counts over the whole call."""
     flop_mode = FlopCounterMode(display=False, custom_mapping=CPU_ATTENTION_FLOPS)
 
     def counted_iterate(iterate):
@@ -226,9 +226,14 @@ def count_work(model, seed: int = 0, **kwargs) -> Work:
 
         return count
 
-    with overridden(model, "_generate_iterative", counted_iterate), counting(model) as work:
-        torch.manual_seed(seed)
-        model.generate(**kwargs)
+    if whole_call:
+        with counting(model) as work, flop_mode:
+            torch.manual_seed(seed)
+            model.generate(**kwargs)
+    else:
+        with overridden(model, "_generate_iterative", counted_iterate), counting(model) as work:
+            torch.manual_seed(seed)
+            model.generate(**kwargs)
     work.flops = int(flop_mode.get_total_flops())
     return work
 
