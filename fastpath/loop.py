@@ -335,11 +335,13 @@ def trimmed_groups(model, inputs_list, c_lens, t_lens, own_width: bool = False, 
 class Unpacking:
     """How unpacked_attention lays the N packed positions out in stock's attention batch [R, heads, P, d]."""
 
-    slots: torch.Tensor  # [N]: slot of each packed position in the [R * P] unpacked positions
-    lengths: tuple  # positions of each of the R segments
+    starts: tuple  # packed position of each of the R segments' first
+    lengths: tuple  # positions of each segment (at most P)
     real_rows: int  # the first 2B segments are rows; the others padding
     cuts: list = field(default_factory=list)  # each segment's (queries, keys) from attention_cut: set by the
     # first layer of the layout's first forward (every layer and step has the same shapes and mask)
+    buffers: list = field(default_factory=list)  # query, key, value [R, P, heads, d]: zeros, each layer writes
+    # the rows shorter than P into their first positions (the rest stays zero); made by the first layer
 
 
 @dataclass
@@ -348,7 +350,7 @@ class Packed:
 
     The N packed positions hold the B conditional rows (item order), then the B unconditional rows, then, if the
     rows add up to fewer than MIN_ROWS positions, a padding segment. Attention unpacks them into stock's layout:
-    R segments of P = max(c_lens) slots each (`unpacking`), masked as `attention_mask` says. Every target frame of
+    R segments of P = max(c_lens) positions each (`unpacking`), masked as `attention_mask` says. Every target frame of
     every row is listed once (M = 2 x sum(t_lens) frames) with where it sits in the forward (`targets`), which item,
     kind and frame it is, and its column in the packed logits [2, C, sum(t_lens), V].
     """
@@ -437,13 +439,12 @@ def packed_layout(model, inputs_list, c_lens, t_lens, offsets, sliced_heads: boo
         frames.append(torch.arange(t))
     items, frames, targets = torch.cat(items), torch.cat(frames), torch.cat(targets)
     columns = torch.tensor(offsets)[items] + frames
-    slots = torch.cat([torch.arange(n) + r * P for r, n in enumerate(lengths)]).to(device)
     return Packed(
         input_ids=torch.cat([ids for ids, _ in segments], dim=1)[None],
         audio_mask=torch.cat([m for _, m in segments])[None],
         position_ids=torch.cat([torch.arange(n) for n in lengths])[None].to(device),
         attention_mask=mask,
-        unpacking=Unpacking(slots, tuple(lengths), 2 * B),
+        unpacking=Unpacking(tuple(starts), tuple(lengths), 2 * B),
         targets=targets.to(device), items=items.to(device), kinds=torch.cat(kinds).to(device),
         frames=frames.to(device), columns=columns.to(device), head_rows=counts.heads, gemm_rows=counts.gemms,
     )
@@ -779,37 +780,43 @@ def padded_key_attention(inner: str):
 
 def unpacked_attention(inner: str, module, query, key, value, attention_mask, unpacking: Unpacking, **kwargs):
     """Attention of a packed forward (Packed) as stock computes it: query [1, heads, N, d] and key/value
-    [1, kv_heads, N, d] scattered into zero-padded [R, heads, P, d] (in the memory order of stock's, a transpose
-    of [R, P, heads, d]), `inner` over each run of rows with the same `attention_cut` (the first Q queries and K
-    keys of the row) with the matching part of the [R, 1, P, P] mask, and the packed positions gathered back:
-    out [1, N, heads, d]."""
+    [1, kv_heads, N, d] -> out [1, N, heads, d]. Each of the R segments runs as a row of stock's [2B, heads, P, d]
+    batch, in stock's memory order (a transpose of [rows, P, heads, d]), with its part of the [R, 1, P, P] mask:
+    a segment of P positions as a view of the packed tensors, a shorter one zero-padded to P in
+    `unpacking.buffers`, and then on its first Q queries and K keys (`attention_cut`); segments with the same cut
+    share a call of `inner`."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    slots, lengths, cuts = unpacking.slots, unpacking.lengths, unpacking.cuts
+    starts, lengths, cuts = unpacking.starts, unpacking.lengths, unpacking.cuts
     R, P = attention_mask.size(0), attention_mask.size(-1)
-
-    def unpack(t):  # [1, h, N, d] -> [R, h, P, d]
-        h, d = t.size(1), t.size(3)
-        out = t.new_zeros(R * P, h, d)
-        out[slots] = t[0].transpose(0, 1)
-        return out.view(R, P, h, d).transpose(1, 2)
-
-    query, key, value = unpack(query), unpack(key), unpack(value)
+    packed = [t[0].transpose(0, 1) for t in (query, key, value)]  # [N, heads, d] views
     if not cuts:  # the first layer of the layout's first forward; every layer has the same shapes and mask
-        cuts += [attention_cut(inner, module, query, key, attention_mask[r : r + 1], n, kwargs) if r < unpacking.real_rows
-                 else (n, n) for r, n in enumerate(lengths)]  # a padding segment: its queries attend themselves only
-    out = query.new_zeros(R, P, query.size(1), query.size(3))  # [R, P, heads, d]
-    weights, first = None, 0
+        cuts += [attention_cut(inner, module, query, key, attention_mask[r : r + 1], n, kwargs)
+                 if r < unpacking.real_rows else (n, n) for r, n in enumerate(lengths)]  # padding: itself only
+        unpacking.buffers += [t.new_zeros(R, P, *t.shape[1:]) for t in packed]
+    runs, first = [], 0  # (first segment, end): a full segment alone, shorter ones with the same cut together
     for r in range(1, R + 1):
-        if r < R and cuts[r] == cuts[first]:
-            continue
+        if r == R or lengths[r] == P or lengths[first] == P or cuts[r] != cuts[first]:
+            runs.append((first, r))
+            first = r
+    out = query.new_empty(query.size(2), query.size(1), query.size(3))  # [N, heads, d]
+    weights = None
+    for first, end in runs:
         Q, K = cuts[first]
+        if lengths[first] == P:  # stock's row as it is: no copy
+            s = starts[first]
+            rows = [t[s : s + P][None].transpose(1, 2) for t in packed]  # [1, heads, P, d]
+        else:
+            for r in range(first, end):
+                for buffer, t in zip(unpacking.buffers, packed):
+                    buffer[r, : lengths[r]] = t[starts[r] : starts[r] + lengths[r]]
+            rows = [buffer[first:end].transpose(1, 2) for buffer in unpacking.buffers]  # [rows, heads, P, d]
+        q, k, v = rows
         part, weights = ALL_ATTENTION_FUNCTIONS[inner](
-            module, query[first:r, :, :Q], key[first:r, :, :K], value[first:r, :, :K],
-            attention_mask[first:r, :, :Q, :K], **kwargs)  # [rows, Q, heads, d]
-        out[first:r, :Q] = part
-        first = r
-    return out.reshape(R * P, *out.shape[2:])[slots][None], weights
+            module, q[:, :, :Q], k[:, :, :K], v[:, :, :K], attention_mask[first:end, :, :Q, :K], **kwargs)
+        for r in range(first, end):  # part: [rows, Q, heads, d]
+            out[starts[r] : starts[r] + lengths[r]] = part[r - first, : lengths[r]]
+    return out[None], weights
 
 
 _ATTENTION_CUTS: dict = {}  # attention_cut's answers in this process

@@ -153,7 +153,7 @@ def test_batch_invariant_is_needed_for_that(model, batch_1_calls):
 def test_packed_rows_run_as_one_forward_without_padding(model, stock_batch):
     """trimmed_cfg alone (heads on every packed position) on the mixed batch: bit-exact, and its layout is one
     forward over the rows' own lengths (plus the few padding rows `loop.row_count` adds where this machine's GEMM
-    needs them), each unpacked into its own slots of stock's attention width."""
+    needs them), each unpacked into a row of stock's attention width."""
     from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
 
     with fastpath.patched(model, ["trimmed_cfg"]):
@@ -175,5 +175,7 @@ def test_packed_rows_run_as_one_forward_without_padding(model, stock_batch):
     assert own <= got < own + loop.PROBE_SCAN, f"packed positions {got}: not the rows' own {own} (+ < {loop.PROBE_SCAN})"
     R = 2 * B + (got > own)  # a padding segment when row_count added rows
     assert packed.attention_mask.shape == (R, 1, P, P), "attention is not unpacked to stock's width"
-    assert packed.unpacking.slots.unique().numel() == packed.unpacking.slots.numel(), "two packed positions share an attention slot"
+    unpacking = packed.unpacking
+    assert list(unpacking.starts) == [sum(unpacking.lengths[:r]) for r in range(R)], "segments not back to back"
+    assert max(unpacking.lengths) == P and sum(unpacking.lengths) == got, "segments do not cover the packed rows"
     assert packed.targets.numel() == 2 * sum(t_lens), "each target frame of each row listed once"
