@@ -825,7 +825,10 @@ _ATTENTION_CUTS: dict = {}  # attention_cut's answers in this process
 def attention_cut(inner: str, module, query, key, mask, n: int, kwargs) -> tuple:
     """(Q, K): the fewest queries and keys, from a short list, at which `inner` gives a row's n real queries the
     bits they get over all P = mask.size(-1) queries and keys, as in stock's call. The list: queries rounded up
-    to 32 with keys rounded up to 64, then to the SDPA kernel's 512-key blocks, then to all P keys, then (P, P). Measured once per
+    to 32 with keys rounded up to 64, then to the SDPA kernel's 512-key blocks, then all P keys; then the same
+    with queries rounded up to the query block the CPU flash kernel uses at P queries (32 below 192 queries, 64
+    below 768, 256 above), at least as many as keep that block (under MKL's AVX2 cap a row's bits change when
+    its last query block is 32 rows instead of 64); then (P, P). Measured once per
     (P, n, shapes, threads) on random queries, keys and values in stock's memory order with the row's own mask
     (the kernels' blocking follows the shapes, not the values); (P, P) off the CPU, where nothing claims
     bit-exactness."""
@@ -837,8 +840,10 @@ def attention_cut(inner: str, module, query, key, mask, n: int, kwargs) -> tuple
     def up(x: int, m: int) -> int:  # x rounded up to a multiple of m, at most P
         return min(P, -(-x // m) * m)
 
-    candidates = [c for c in dict.fromkeys([(up(n, 32), max(up(n, 64), up(n, 32))),
-                                            (up(n, 32), max(up(n, 512), up(n, 32))), (up(n, 32), P)]) if c != (P, P)]
+    block, least = (256, 768) if P >= 768 else (64, 192) if P >= 192 else (32, 0)  # stock's query blocks
+    queries = [up(n, 32), max(up(n, block), min(P, least))]  # ... and a count that keeps stock's blocks
+    candidates = [c for c in dict.fromkeys((Q, max(K, Q)) for Q in queries for K in (up(n, 64), up(n, 512), P))
+                  if c != (P, P)]
     if not candidates or query.device.type != "cpu":
         return (P, P)
     h, kv_heads, d = query.size(1), key.size(1), query.size(3)

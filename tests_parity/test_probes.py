@@ -36,7 +36,7 @@ def test_row_count_gives_every_row_stocks_bits(model, c_lens, t_lens):
 
 
 @pytest.mark.cpu
-@pytest.mark.parametrize(("P", "n"), [(140, 42), (361, 142), (596, 352), (383, 24)])
+@pytest.mark.parametrize(("P", "n"), [(140, 42), (361, 142), (596, 352), (383, 24), (243, 45), (236, 117)])
 def test_attention_cut_gives_every_real_query_stocks_bits(model, P, n):
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
