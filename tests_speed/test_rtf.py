@@ -119,9 +119,11 @@ def peer_variants(full_checkpoint):
 @pytest.mark.cpu
 @pytest.mark.slow
 @pytest.mark.parametrize("name", PEER_POINTS)
-def test_lossless_stack_beats_stock_and_the_public_package(peer_variants, full_checkpoint, name):
+def test_lossless_stack_beats_stock_and_the_public_package(peer_variants, full_checkpoint, name, slowdown):
     """Median RTF of stock / of the stack and of omnivoice-fastpath 0.1.0 / of the stack, in one interleaved run at
-    PEER_STEPS steps, each at or above its floor for this machine (the targets of issue 13 are 1.00 for both)."""
+    PEER_STEPS steps, each at or above its floor for this machine (the targets of issue 13 are 1.00 for both).
+    --inject-slowdown F slows the stack's LLM forwards only: the regression this gate must refuse."""
+    slowdown(peer_variants["lossless@fp32"].model)  # its own instance: stock and the peer keep their speed
     key, size = hardware_key(machine_info("cpu")), full_checkpoint.kind
     floors = {other: ratio_floor(key, size, f"{name} vs {other}") for other in ("stock", "peer")}
 
