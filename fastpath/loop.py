@@ -8,14 +8,19 @@ Lossless (bit-exact on CPU fp32):
   [2B, heads, width, d] layout, zero-padded behind a mask: the CPU SDPA kernel blocks queries and keys by count,
   and its reductions round differently at other counts (max |diff| 1.5e-7 without the padding). Each row then
   runs on as few of its queries and keys as `attention_cut` has measured to keep stock's bits. The GEMMs run on
-  fewer rows than stock's, and CPU GEMM libraries pick their kernel by the row count: MKL's AVX-512 sgemm switches kernels at about K/8 rows (measured:
-  above 128 rows for K = 1024, 256 for K = 2048, 384 for K = 3072, at N >= 1024), and under its AVX2 cap the
+  fewer rows than stock's, and CPU GEMM libraries pick their kernel by the row count: MKL's AVX-512 sgemm
+  switches kernels at about K/8 rows (measured: above 128 rows for K = 1024, 256 for K = 2048, 384 for K = 3072, at N >= 1024), and under its AVX2 cap the
   tiny checkpoint's narrow shapes give a row other bits at other counts and places in the call with no simple
   rule. So each GEMM of the packed forward gets as many padding rows as make every row's bits the ones it gets
   in stock's call: `row_count` measures that once per layout and weight shape (random rows at their real
   places, the model's own weights, this machine's kernels); the forward runs at the least of these counts and
-  `padded_gemms` pads only the GEMMs whose shape needs more (e.g. only the K = 2048 projection, above 256 rows).
+  only the GEMMs whose shape needs more run on more rows (e.g. only the K = 2048 projection, above 256 rows).
   A call for which some GEMM has no such count runs stock's layout and says so in `model._fastpath_warnings`.
+  On CPU in float32 the packed forward is `lean_llm`: transformers' Qwen3 forward restated op for op (the same
+  kernels, so the same bits) into buffers kept for the layout, each GEMM on its own row count from zero rows
+  past the packed ones, because fresh multi-MB tensors cost page faults (full size, clone6-long, 2 steps: a
+  generate 11.1 -> 9.1 s); elsewhere, or if transformers' source is not the one it restates, the LLM's own
+  forward runs with `padded_gemms` hooks padding the shapes that need more.
 - `sliced_heads`: the audio heads (hidden -> 8 x 1025 logits) run only on the target positions the sampler
   reads, not on style, text and reference positions.
 - `static_prefix`: the input embedding of the static prefix (style, text, reference) is computed once per
@@ -37,6 +42,7 @@ upstream's own code or follows it step for step, so the random stream and the pe
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import types
 from dataclasses import dataclass, field
@@ -122,8 +128,9 @@ def effective_flags(model, flags) -> set:
     return flags
 
 
-def note_inexact_rows(model, message: str = INEXACT_ROWS) -> None:
-    """Say, once, on the model (`model._fastpath_warnings`) that a call ran stock's layout for want of exact rows."""
+def note_once(model, message: str = INEXACT_ROWS) -> None:
+    """Say, once, on the model (`model._fastpath_warnings`) what a call could not do (default: it ran stock's
+    layout for want of exact rows)."""
     warnings = model.__dict__.setdefault(WARNINGS_ATTR, [])
     if message not in warnings:
         warnings.append(message)
@@ -368,6 +375,7 @@ class Packed:
     head_rows: int  # rows of the heads' GEMM: the M target frames (sliced_heads) or all N positions, then padding
     gemm_rows: dict  # LLM weight shape -> rows of its GEMM where more than N (`padded_gemms`)
     embeds: torch.Tensor | None = None  # [1, N, H], static_prefix only
+    buffers: dict = field(default_factory=dict)  # lean_llm's intermediates, kept for the layout's every step
 
 
 @dataclass
@@ -461,9 +469,12 @@ def packed_logits(model, packed: Packed, flags):
         embeds = model._prepare_embed_inputs(packed.input_ids, packed.audio_mask)  # [1, N, H]
         if "static_prefix" in flags:
             packed.embeds = embeds = embeds.clone()
-    with padded_gemms(model, packed.gemm_rows, packed.input_ids.size(-1)):
-        hidden = model.llm(inputs_embeds=embeds, attention_mask=packed.attention_mask,
-                           position_ids=packed.position_ids, fastpath_unpacking=packed.unpacking, return_dict=True)[0]
+    if lean_llm_fits(model, embeds):
+        hidden = lean_llm(model, embeds, packed)
+    else:
+        with padded_gemms(model, packed.gemm_rows, packed.input_ids.size(-1)):
+            hidden = model.llm(inputs_embeds=embeds, attention_mask=packed.attention_mask, return_dict=True,
+                               position_ids=packed.position_ids, fastpath_unpacking=packed.unpacking)[0]
     if "sliced_heads" in flags:  # heads on the M target frames only (zero rows up to row_count's)
         rows = torch.nn.functional.pad(hidden[0, packed.targets], (0, 0, 0, packed.head_rows - len(packed.targets)))
         return audio_logits(model, rows[None])[0, : len(packed.targets)]
@@ -488,6 +499,138 @@ def padded_gemms(model, rows: dict, n: int):
     finally:
         for handle in handles:
             handle.remove()
+
+
+# What lean_llm restates, as transformers 5.24.0 has it: AST fingerprints (fingerprints.fingerprint_source) of
+# modeling_qwen3's and activations' functions. Another source runs the stock forward and says why.
+LEAN_SOURCES = {  # "module of transformers:qualified name" -> fingerprint
+    "models.qwen3.modeling_qwen3:Qwen3Model.forward": "e6bb0dda7c4ee8be",
+    "models.qwen3.modeling_qwen3:Qwen3DecoderLayer.forward": "6638598f45b2c79d",
+    "models.qwen3.modeling_qwen3:Qwen3Attention.forward": "7289e49c431f6a42",
+    "models.qwen3.modeling_qwen3:Qwen3MLP.forward": "52d009c1a53450d8",
+    "models.qwen3.modeling_qwen3:Qwen3RMSNorm.forward": "674182173a20bd92",
+    "models.qwen3.modeling_qwen3:apply_rotary_pos_emb": "b9833c77382624e4",
+    "models.qwen3.modeling_qwen3:rotate_half": "e3672a39802de532",
+    "activations:SiLUActivation.forward": "4e8e697529b1e7b8",
+}
+
+
+@functools.cache
+def lean_sources() -> dict:
+    """{name in LEAN_SOURCES: fingerprint of the installed transformers' source}."""
+    import importlib
+    import inspect
+
+    from fastpath.fingerprints import fingerprint_source
+
+    out = {}
+    for name in LEAN_SOURCES:
+        module, _, qualified = name.partition(":")
+        obj = importlib.import_module(f"transformers.{module}")
+        for part in qualified.split("."):
+            obj = getattr(obj, part)
+        out[name] = fingerprint_source(inspect.getsource(inspect.unwrap(obj)))
+    return out
+
+
+def lean_llm_misfit(model) -> str:
+    """Why lean_llm cannot stand for this model's LLM ("" when it can): it restates transformers 5.24.0's Qwen3
+    with silu MLPs, no biases and full attention through trimmed_cfg's attention wrapper."""
+    from transformers.activations import SiLUActivation
+    from transformers.models.qwen3 import modeling_qwen3 as q3
+
+    config = model.llm.config
+    if type(model.llm) is not q3.Qwen3Model or any(type(layer) is not q3.Qwen3DecoderLayer
+                                                   or type(layer.mlp.act_fn) is not SiLUActivation
+                                                   for layer in model.llm.layers):
+        return f"the LLM is a {type(model.llm).__name__}, not transformers' Qwen3Model with silu MLPs"
+    if config.attention_bias or getattr(config, "mlp_bias", False):
+        return "the LLM's projections have biases"
+    if set(config.layer_types) != {"full_attention"} or not config._attn_implementation.startswith(PADDED_ATTENTION):
+        return f"the LLM has sliding-window layers or runs attention through {config._attn_implementation!r}"
+    changed = [name for name, fp in lean_sources().items() if fp != LEAN_SOURCES[name]]
+    if changed:
+        return f"the installed transformers' {', '.join(changed)} differ from 5.24.0's"
+    return ""
+
+
+def lean_llm_fits(model, embeds) -> bool:
+    """Whether the packed forward runs as lean_llm: on CPU in float32 (where fresh tensors cost page faults; CUDA's
+    caching allocator has no such cost) when `lean_llm_misfit` finds nothing; otherwise the LLM's own forward runs
+    (the same bits, more memory traffic) and, on CPU, `model._fastpath_warnings` says why, once."""
+    if embeds.device.type != "cpu" or embeds.dtype != torch.float32:
+        return False
+    why = lean_llm_misfit(model)
+    if why:
+        note_once(model, f"trimmed_cfg runs the LLM's own forward, not fastpath.loop.lean_llm (same bits, slower "
+                         f"on CPU): {why}. lean_llm restates transformers 5.24.0's Qwen3 (LEAN_SOURCES).")
+    return not why
+
+
+def lean_llm(model, embeds, packed: Packed):
+    """model.llm over the packed positions ([1, N, H] -> the final norm's [1, N, H]) as transformers' Qwen3 computes
+    it, op for op in the same order, on the same kernels (so the same bits), but into buffers kept for the layout:
+    on CPU a fresh tensor of a few MB is new pages from the OS, and faulting them in cost the packed forward more
+    than its elementwise work (full size, clone6-long, 2 steps: a generate 11.1 s through model.llm, 9.7 s with
+    glibc told to keep freed memory, 9.1 s here). Each GEMM runs on its own row count (`Packed.gemm_rows`): its
+    input buffer has zero rows past N, so no padding is copied."""
+    llm, N, H = model.llm, embeds.size(1), embeds.size(2)
+    counts = packed.gemm_rows
+    R = max([N, *counts.values()])
+    first = llm.layers[0].self_attn
+    heads, kv_heads, d = first.config.num_attention_heads, first.config.num_key_value_heads, first.head_dim
+    inter = llm.layers[0].mlp.intermediate_size
+    b = packed.buffers
+    if not b:  # zeros: rows past N of every GEMM input stay zero
+        cos, sin = llm.rotary_emb(embeds, packed.position_ids)  # [1, N, d]: the same for every step of the layout
+        b.update(cos=cos[0, :, None], sin=sin[0, :, None],  # [N, 1, d]
+                 **{name: embeds.new_zeros(shape) for name, shape in dict(
+                     hidden=(N, H), normed=(R, H), square=(N, H), var=(N, 1), q=(R, heads * d), k=(R, kv_heads * d),
+                     v=(R, kv_heads * d), q_square=(N, heads, d), q_var=(N, heads, 1), k_var=(N, kv_heads, 1),
+                     k_square=(N, kv_heads, d), query=(N, heads, d), key=(N, kv_heads, d), turned=(N, heads, d),
+                     k_turned=(N, kv_heads, d), attended=(R, heads * d),
+                     o=(R, H), gate=(R, inter), up=(R, inter), down=(R, H)).items()})
+
+    def linear(module, x, out):  # F.linear's GEMM (torch.mm with the weight transposed), on the shape's rows
+        n = counts.get(tuple(module.weight.shape), N)
+        return torch.mm(x[:n], module.weight.t(), out=out[:n])[:N]
+
+    def rms_norm(module, x, out, square, var):  # Qwen3RMSNorm.forward in float32
+        torch.pow(x, 2, out=square)
+        torch.mean(square, -1, keepdim=True, out=var)
+        torch.rsqrt(var.add_(module.variance_epsilon), out=var)
+        torch.mul(x, var, out=out)
+        return torch.mul(module.weight, out, out=out)
+
+    def rotary(x, turned):  # apply_rotary_pos_emb on x [N, heads, d] in place: x * cos + rotate_half(x) * sin
+        half = d // 2
+        torch.neg(x[..., half:], out=turned[..., :half])
+        turned[..., half:].copy_(x[..., :half])
+        torch.mul(turned, b["sin"], out=turned)
+        x.mul_(b["cos"])
+        return x.add_(turned)
+
+    hidden, normed = b["hidden"], b["normed"][:N]
+    hidden.copy_(embeds[0])
+    inner = llm.config._attn_implementation[len(PADDED_ATTENTION):]
+    for layer in llm.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        rms_norm(layer.input_layernorm, hidden, normed, b["square"], b["var"])
+        q = linear(attn.q_proj, b["normed"], b["q"]).view(N, heads, d)
+        k = linear(attn.k_proj, b["normed"], b["k"]).view(N, kv_heads, d)
+        v = linear(attn.v_proj, b["normed"], b["v"]).view(N, kv_heads, d)
+        query = rotary(rms_norm(attn.q_norm, q, b["query"], b["q_square"], b["q_var"]), b["turned"])
+        key = rotary(rms_norm(attn.k_norm, k, b["key"], b["k_square"], b["k_var"]), b["k_turned"])
+        attended = b["attended"][:N].view(N, heads, d)
+        unpacked_attention(inner, attn, *(t.transpose(0, 1)[None] for t in (query, key, v)), packed.attention_mask,
+                           packed.unpacking, out=attended, dropout=0.0, scaling=attn.scaling,
+                           sliding_window=attn.sliding_window)
+        hidden.add_(linear(attn.o_proj, b["attended"], b["o"]))
+        rms_norm(layer.post_attention_layernorm, hidden, normed, b["square"], b["var"])
+        gate = torch.nn.functional.silu(linear(mlp.gate_proj, b["normed"], b["gate"]), inplace=True)
+        gate.mul_(linear(mlp.up_proj, b["normed"], b["up"]))
+        hidden.add_(linear(mlp.down_proj, b["gate"], b["down"]))
+    return llm.norm(hidden[None])  # the module itself, once per forward, as model.llm calls it (work counters)
 
 
 def audio_logits(model, hidden):
@@ -704,7 +847,7 @@ def generate_iterative(model, task, gen_config):
     switched_on = model.__dict__.get(FLAGS_ATTR, set())
     flags = effective_flags(model, switched_on)
     if flags != switched_on:
-        note_inexact_rows(model, GROUPED_FULL_HEADS)
+        note_once(model, GROUPED_FULL_HEADS)
     B, C, mask_id = task.batch_size, model.config.num_audio_codebook, model.config.audio_mask_id
     V, device = model.config.audio_vocab_size, model.device
     inputs_list = [
@@ -724,7 +867,7 @@ def generate_iterative(model, task, gen_config):
     elif "trimmed_cfg" in flags:
         packed, layout = packed_layout(model, inputs_list, c_lens, t_lens, offsets, "sliced_heads" in flags), []
         if packed is None:  # no exact row count here: stock's layout for this call
-            note_inexact_rows(model)
+            note_once(model)
             layout = padded_groups(model, inputs_list, c_lens, t_lens)
     else:
         layout = padded_groups(model, inputs_list, c_lens, t_lens)
@@ -778,13 +921,14 @@ def padded_key_attention(inner: str):
     return attention
 
 
-def unpacked_attention(inner: str, module, query, key, value, attention_mask, unpacking: Unpacking, **kwargs):
+def unpacked_attention(inner: str, module, query, key, value, attention_mask, unpacking: Unpacking, out=None,
+                       **kwargs):
     """Attention of a packed forward (Packed) as stock computes it: query [1, heads, N, d] and key/value
     [1, kv_heads, N, d] -> out [1, N, heads, d]. Each of the R segments runs as a row of stock's [2B, heads, P, d]
     batch, in stock's memory order (a transpose of [rows, P, heads, d]), with its part of the [R, 1, P, P] mask:
     a segment of P positions as a view of the packed tensors, a shorter one zero-padded to P in
     `unpacking.buffers`, and then on its first Q queries and K keys (`attention_cut`); segments with the same cut
-    share a call of `inner`."""
+    share a call of `inner`. `out` [N, heads, d]: where to write the output (default: a new tensor)."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     starts, lengths, cuts = unpacking.starts, unpacking.lengths, unpacking.cuts
@@ -799,7 +943,8 @@ def unpacked_attention(inner: str, module, query, key, value, attention_mask, un
         if r == R or lengths[r] == P or lengths[first] == P or cuts[r] != cuts[first]:
             runs.append((first, r))
             first = r
-    out = query.new_empty(query.size(2), query.size(1), query.size(3))  # [N, heads, d]
+    if out is None:
+        out = query.new_empty(query.size(2), query.size(1), query.size(3))  # [N, heads, d]
     weights = None
     for first, end in runs:
         Q, K = cuts[first]

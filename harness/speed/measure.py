@@ -170,12 +170,13 @@ class Work:
 
 @contextmanager
 def counting(model):
-    """Count LLM forwards, positions and head rows with forward hooks (removed on exit)."""
+    """Count LLM forwards, positions and head rows with forward hooks (removed on exit). An LLM forward is counted
+    at its final norm, which every forward runs once over all its positions: model.llm's own and fastpath's
+    lean_llm, which restates it without calling model.llm."""
     work = Work()
 
-    def on_llm(module, args, kwargs, output):
-        embeds = kwargs.get("inputs_embeds")
-        shape = embeds.shape if embeds is not None else args[0].shape
+    def on_llm(module, args, output):
+        shape = args[0].shape  # [batch, positions, hidden]
         work.llm_calls += 1
         work.llm_positions += shape[0] * shape[1]
         work.per_call_positions.append(shape[0] * shape[1])
@@ -191,7 +192,7 @@ def counting(model):
         work.reference_encodes += 1
 
     hooks = [
-        model.llm.register_forward_hook(on_llm, with_kwargs=True),
+        model.llm.norm.register_forward_hook(on_llm),
         model.audio_heads.register_forward_hook(on_heads),
         model.audio_embeddings.register_forward_hook(on_embed),
         model.audio_tokenizer.semantic_model.register_forward_hook(on_encode),  # runs in encode() only

@@ -1,0 +1,79 @@
+"""`loop.lean_llm`, the packed forward restated into kept buffers, against the LLM's own forward on the same packed
+inputs: the same bits, each GEMM on its own row count, and the LLM's own forward (with a warning) where the
+installed transformers is not the source it restates. End to end the parity tier checks it through generate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import fastpath
+from fastpath import loop
+
+
+class GemmRows(TorchDispatchMode):
+    """Records (rows, weight shape (N, K)) of every aten.mm."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket is torch.ops.aten.mm:
+            self.seen.append((args[0].size(0), (args[1].size(1), args[1].size(0))))
+        return func(*args, **(kwargs or {}))
+
+
+def packed_inputs(model, c_lens, t_lens):
+    C, V = model.config.num_audio_codebook, model.config.audio_vocab_size
+    generator = torch.Generator().manual_seed(7)
+    inputs = []
+    for c, t in zip(c_lens, t_lens):
+        ids = torch.randint(0, V - 1, (1, C, c), generator=generator)
+        audio = torch.zeros(1, c, dtype=torch.bool)
+        audio[0, c // 3 :] = True  # text, then audio positions, the targets last
+        inputs.append({"input_ids": ids, "audio_mask": audio})
+    offsets = torch.tensor([0, *t_lens[:-1]]).cumsum(0).tolist()
+    return loop.packed_layout(model, inputs, c_lens, t_lens, offsets)
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("extra", [0, 9], ids=["own rows", "down projection padded"])
+def test_lean_llm_gives_the_llm_forwards_bits(model, extra):
+    with fastpath.patched(model, ["trimmed_cfg"]), torch.no_grad():
+        packed = packed_inputs(model, [40, 26], [12, 9])
+        N = packed.input_ids.size(-1)
+        down = tuple(model.llm.layers[0].mlp.down_proj.weight.shape)
+        if extra:
+            packed.gemm_rows = {down: N + extra}
+        assert loop.lean_llm_misfit(model) == "", "lean_llm does not stand for the tiny checkpoint's LLM"
+        embeds = model._prepare_embed_inputs(packed.input_ids, packed.audio_mask)
+        with loop.padded_gemms(model, packed.gemm_rows, N):
+            own = model.llm(inputs_embeds=embeds, attention_mask=packed.attention_mask, return_dict=True,
+                            position_ids=packed.position_ids, fastpath_unpacking=packed.unpacking)[0]
+        for step in range(2):  # the second reuses the layout's buffers
+            with GemmRows() as spy:
+                lean = loop.lean_llm(model, embeds, packed)
+            assert torch.equal(lean, own), f"step {step}: lean_llm differs from the LLM's forward, max |diff| " \
+                                           f"{(lean - own).abs().max().item()}"
+            assert len(spy.seen) == 7 * len(model.llm.layers), "not one GEMM per projection and layer"
+            rows = {shape: {n for n, s in spy.seen if s == shape} for _, shape in spy.seen}
+            assert rows.pop(down) == {N + extra}, f"the down projection not on {N + extra} rows: {spy.seen}"
+            assert all(n == {N} for n in rows.values()), f"other GEMMs not on the {N} packed rows: {rows}"
+
+
+@pytest.mark.cpu
+def test_a_changed_transformers_source_runs_the_llms_own_forward_and_says_so(model, monkeypatch):
+    name = "models.qwen3.modeling_qwen3:Qwen3MLP.forward"
+    monkeypatch.setitem(loop.LEAN_SOURCES, name, "another")
+    text = "A changed source still gives stock's bits."
+    torch.manual_seed(0)
+    stock = model.generate(text=text, num_step=4)
+    with fastpath.patched(model, ["trimmed_cfg"]):
+        torch.manual_seed(0)
+        patched = model.generate(text=text, num_step=4)
+        warnings = list(model.__dict__.get("_fastpath_warnings", []))
+    assert any(name in w and "lean_llm" in w for w in warnings), warnings
+    assert all(np.array_equal(a, b) for a, b in zip(stock, patched)), "the fallback forward is not bit-exact"
