@@ -9,13 +9,14 @@ Lossless (bit-exact on CPU fp32):
   and its reductions round differently at other counts (max |diff| 1.5e-7 without the padding). Each row then
   runs on as few of its queries and keys as `attention_cut` has measured to keep stock's bits. The GEMMs run on
   fewer rows than stock's, and CPU GEMM libraries pick their kernel by the row count: MKL's AVX-512 sgemm
-  switches kernels at about K/8 rows (measured: above 128 rows for K = 1024, 256 for K = 2048, 384 for K = 3072, at N >= 1024), and under its AVX2 cap the
-  tiny checkpoint's narrow shapes give a row other bits at other counts and places in the call with no simple
-  rule. So each GEMM of the packed forward gets as many padding rows as make every row's bits the ones it gets
-  in stock's call: `row_count` measures that once per layout and weight shape (random rows at their real
-  places, the model's own weights, this machine's kernels); the forward runs at the least of these counts and
-  only the GEMMs whose shape needs more run on more rows (e.g. only the K = 2048 projection, above 256 rows).
-  A call for which some GEMM has no such count runs stock's layout and says so in `model._fastpath_warnings`.
+  switches kernels at about K/8 rows (measured: above 128 rows for K = 1024, 256 for K = 2048, 384 for
+  K = 3072, at N >= 1024), and under its AVX2 cap the tiny checkpoint's narrow shapes give a row other bits at
+  other counts and places in the call with no simple rule. So each GEMM of the packed forward gets as many
+  padding rows as make every row's bits the ones it gets in stock's call: `row_count` measures that once per
+  layout and weight shape (random rows at their real places, the model's own weights, this machine's kernels);
+  the forward runs at the least of these counts and only the GEMMs whose shape needs more run on more rows
+  (e.g. only the K = 2048 projection, above 256 rows). A call for which some GEMM has no such count runs
+  stock's layout and says so in `model._fastpath_warnings`.
   On CPU in float32 the packed forward is `lean_llm`: transformers' Qwen3 forward restated op for op (the same
   kernels, so the same bits) into buffers kept for the layout, each GEMM on its own row count from zero rows
   past the packed ones, because fresh multi-MB tensors cost page faults (full size, clone6-long, 2 steps: a
@@ -240,7 +241,8 @@ def index_targets(group: Group, offsets: list) -> Group:
     frames = torch.stack([torch.arange(T).clamp(max=r.length - 1) for r in group.rows])  # [G, T]
     starts = torch.tensor([r.start for r in group.rows])[:, None]  # [G, 1]
     first = torch.tensor([offsets[r.item] for r in group.rows])[:, None]  # [G, 1]
-    group.frames, group.positions, group.packed = frames.to(device), (starts + frames).to(device), (first + frames).to(device)
+    group.frames, group.positions = frames.to(device), (starts + frames).to(device)
+    group.packed = (first + frames).to(device)
     group.items = torch.tensor([r.item for r in group.rows], device=device)
     group.kinds = torch.tensor([0 if r.cond else 1 for r in group.rows], device=device)
     return group
