@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from fastpath import instance
 from harness.checkpoint import load_model
+from harness.speed.measure import slow_llm
 
 
 @pytest.fixture(scope="session")
@@ -17,25 +15,16 @@ def full_model(full_checkpoint):
 
 @pytest.fixture
 def slowdown(request):
-    """With --inject-slowdown F, every LLM forward of a model passed to `slowdown(model)` takes (1 + F) x as long."""
+    """With --inject-slowdown F, every LLM forward of a model passed to `slowdown(model)` takes (1 + F) x as long
+    (`harness.speed.measure.slow_llm`); undone after the test."""
     fraction = request.config.getoption("inject_slowdown")
-    undo = []
+    handles = []
 
     def inject(model):
-        if not fraction:
-            return model
-        real = model.llm.forward
-
-        def slowed(*args, **kwargs):
-            start = time.perf_counter()
-            out = real(*args, **kwargs)
-            time.sleep(fraction * (time.perf_counter() - start))
-            return out
-
-        instance.install(model.llm, "forward", slowed)
-        undo.append(model)
+        if fraction:
+            handles.extend(slow_llm(model, fraction))
         return model
 
     yield inject
-    for model in undo:
-        instance.restore(model.llm, "forward")
+    for handle in handles:
+        handle.remove()

@@ -19,6 +19,7 @@ import fastpath
 from fastpath import loop
 from harness import REPO_ROOT
 from harness.parity import POINTS
+from harness.speed import measure
 from harness.speed.measure import count_work, sequence_lengths
 
 WORK_FILE = REPO_ROOT / "baselines" / "work_counters.json"
@@ -112,6 +113,24 @@ def test_a_patch_that_stops_applying_is_caught(model, monkeypatch):
     monkeypatch.setitem(fastpath.PATCHES, name, real.__class__(**{**vars(real), "apply": lambda m: None}))
     with pytest.raises(AssertionError, match=counter):
         check_counts(model, POINTS["batch_of_3"], fastpath.LOSSLESS)
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("patches", [(), fastpath.LOSSLESS], ids=["stock", "lossless"])
+def test_an_injected_slowdown_slows_every_llm_forward(model, patches, monkeypatch):
+    """`measure.slow_llm` (--inject-slowdown, what the speed gates are validated with) sleeps once per LLM forward
+    on stock's path and on the stack's lean_llm, which does not call model.llm."""
+    sleeps = []
+    monkeypatch.setattr(measure.time, "sleep", sleeps.append)
+    handles = measure.slow_llm(model, 0.5)
+    try:
+        with fastpath.patched(model, list(patches)):
+            work = count_work(model, seed=0, **dict(POINTS["voice_clone_audio"], num_step=2))
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert work.llm_calls > 0 and len(sleeps) == work.llm_calls, (len(sleeps), work.llm_calls)
+    assert all(s > 0 for s in sleeps), sleeps
 
 
 @pytest.mark.cpu

@@ -204,6 +204,23 @@ def counting(model):
             h.remove()
 
 
+def slow_llm(model, fraction: float) -> list:
+    """Make every LLM forward of `model` take (1 + fraction) x as long (the regression a speed gate must refuse):
+    a sleep of fraction x the time from the step's input embedding (`model.audio_embeddings`) to the LLM's final
+    norm, the two places every path passes once per forward (model.llm's own and fastpath's lean_llm, which does
+    not call model.llm). Returns the hook handles; `.remove()` each to undo."""
+    start: list = []
+
+    def begin(module, args):
+        start[:] = [time.perf_counter()]
+
+    def end(module, args, output):
+        if start:
+            time.sleep(fraction * (time.perf_counter() - start.pop()))
+
+    return [model.audio_embeddings.register_forward_pre_hook(begin), model.llm.norm.register_forward_hook(end)]
+
+
 def _cpu_attention_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
     from torch.utils.flop_counter import sdpa_flop_count
 
