@@ -7,7 +7,8 @@ Model: a round's RTF is the variant's true RTF times exp(e), e ~ N(0, s_v), s_v 
 (per variant, n - 1 per point). The gate takes the median of 3 rounds per variant, compares the ratio with the floor
 recorded for this machine (baselines/ratio_floors.json), and measures once more before failing. Printed: the pass
 rate when the truth is the ratio measured in the grid (a clean rerun), and when the stack is slower by 10, 15 or
-25% (what --inject-slowdown does). Within-run noise only: drift between runs is not in the model.
+25% as a whole call (--inject-slowdown F slows the LLM forwards by F, so a whole call by somewhat less).
+Within-run noise only: drift between runs is not in the model.
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ def main() -> int:
             for variant, samples in results.items():
                 logs = [math.log(x) for x in samples["rtf"]]
                 mean = statistics.mean(logs)
-                residuals.setdefault(variant.split("@")[0], []).extend((x - mean, len(logs)) for x in logs)
-                medians.setdefault(point.rsplit("-", 1)[0], {})[variant.split("@")[0]] = statistics.median(samples["rtf"])
+                name = variant.split("@")[0]
+                residuals.setdefault(name, []).extend((x - mean, len(logs)) for x in logs)
+                medians.setdefault(point.rsplit("-", 1)[0], {})[name] = statistics.median(samples["rtf"])
     sd = {v: math.sqrt(sum(e * e / (n - 1) * n for e, n in r) / len(r)) for v, r in residuals.items()}
     print("pooled log-SD of one round:", ", ".join(f"{v} {s:.4f}" for v, s in sd.items()))
     floors = json.loads((ROOT / "baselines" / "ratio_floors.json").read_text())["floors"]
