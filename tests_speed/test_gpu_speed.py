@@ -92,6 +92,25 @@ def test_graph_replay_forward_beats_eager(stock, record_property):
         f"graph replay only {eager_ms / graph_ms:.2f}x eager ({eager_ms:.3f} vs {graph_ms:.3f} ms)"
 
 
+@pytest.mark.parametrize("patches", [("cuda_graphs",), GPU_STACK], ids=["cuda_graphs", "gpu-stack"])
+def test_work_counters_see_every_replayed_forward(stock, record_property, patches):
+    """The work counters and the injected slowdown (--inject-slowdown) hook model.llm and its final norm; a graph
+    replay runs no module, so they must see it at model.llm's call: one LLM forward per stock forward, as many
+    positions as stock's when no patch removes any (cuda_graphs alone)."""
+    from harness.speed.measure import count_work
+
+    kwargs = dict(point(TARGET_POINT).generate_kwargs(stock), num_step=4)
+    base = count_work(stock, seed=0, **kwargs)
+    with fastpath.patched(stock, list(patches)):
+        fast = count_work(stock, seed=0, **kwargs)
+        replays = graphs.stats(stock)["hits"]
+    report(record_property, "graph_counts", {"patches": patches, "stock": base.as_dict(), "fast": fast.as_dict(),
+                                             "replays": replays})
+    assert replays > 0 and fast.llm_calls == base.llm_calls > 0, (fast.llm_calls, base.llm_calls, replays)
+    if patches == ("cuda_graphs",):
+        assert fast.llm_positions == base.llm_positions
+
+
 def test_first_request_latency_and_capture_time(models, full_checkpoint, record_property):
     model = models.fresh(full_checkpoint, "cuda", "bf16")
     kwargs = point(TARGET_POINT).generate_kwargs(model)

@@ -133,6 +133,44 @@ def test_an_injected_slowdown_slows_every_llm_forward(model, patches, monkeypatc
     assert all(s > 0 for s in sleeps), sleeps
 
 
+class ReplayWithoutModules:
+    """A CUDA-graph double for the CPU: the capture runs the forward once (modules and their hooks run, as in a
+    real capture); replay() runs no module, as a real replay runs kernels and no Python. The output keeps the
+    captured values, which the counts do not depend on."""
+
+    def __init__(self, run, pool):
+        self.hidden = run().clone()
+
+    def replay(self):
+        pass
+
+
+@pytest.mark.cpu
+def test_counters_and_slowdown_see_graph_replays(model, monkeypatch):
+    """A forward replayed from a CUDA graph (cuda_graphs, compiled reduce-overhead) runs none of model.llm's
+    submodules; the counters and the injected slowdown still see it once per forward."""
+    from fastpath.gpu import graphs
+    from fastpath.gpu.shapes import Buckets
+
+    kwargs = dict(POINTS["batch_of_3"], num_step=3)
+    stock = count_work(model, seed=0, **kwargs)
+    graphs.install(model, buckets=Buckets(64), devices=("cpu",),
+                   capture=lambda run, pool: (g := ReplayWithoutModules(run, pool), g.hidden))
+    sleeps = []
+    monkeypatch.setattr(measure.time, "sleep", sleeps.append)
+    handles = measure.slow_llm(model, 0.5)
+    try:
+        graphed = count_work(model, seed=0, **kwargs)
+        replays = graphs.stats(model)["hits"]
+    finally:
+        for handle in handles:
+            handle.remove()
+        graphs.remove(model)
+    assert replays > 0
+    assert (graphed.llm_calls, graphed.llm_positions) == (stock.llm_calls, stock.llm_positions) > (0, 0)
+    assert len(sleeps) == graphed.llm_calls
+
+
 @pytest.mark.cpu
 def test_prompt_cache_encodes_a_reference_once(model):
     kwargs = dict(POINTS["voice_clone_audio"], num_step=2)

@@ -168,18 +168,40 @@ class Work:
                 "reference_encodes": self.reference_encodes}
 
 
+def on_llm_forward(model, callback) -> list:
+    """Call `callback(hidden)` once per LLM forward of `model`, with the hidden states the forward ran on
+    ([batch, positions, hidden]), on every path: a call of `model.llm` (stock's, and a CUDA-graph or compiled forward
+    that replaces its `forward`: a replay runs no submodule), counted after it returns; or, outside such a call, the
+    LLM's final norm (fastpath's lean_llm restates the forward without calling model.llm, and runs that norm once).
+    Returns the hook handles; `.remove()` each to undo."""
+    inside: list = []
+
+    def enter(module, args, kwargs):
+        inside.append(kwargs.get("inputs_embeds", args[0] if args else None))
+
+    def leave(module, args, kwargs, output):
+        callback(inside.pop())
+
+    def on_norm(module, args, output):
+        if not inside:
+            callback(args[0])
+
+    return [model.llm.register_forward_pre_hook(enter, with_kwargs=True),
+            model.llm.register_forward_hook(leave, with_kwargs=True),
+            model.llm.norm.register_forward_hook(on_norm)]
+
+
 @contextmanager
 def counting(model):
-    """Count LLM forwards, positions and head rows with forward hooks (removed on exit). An LLM forward is counted
-    at its final norm, which every forward runs once over all its positions: model.llm's own and fastpath's
-    lean_llm, which restates it without calling model.llm."""
+    """Count LLM forwards, positions and head rows with forward hooks (removed on exit); an LLM forward is counted
+    where `on_llm_forward` sees it, once on every path."""
     work = Work()
 
-    def on_llm(module, args, output):
-        shape = args[0].shape  # [batch, positions, hidden]
+    def on_llm(hidden):
+        positions = hidden.shape[0] * hidden.shape[1]  # [batch, positions, hidden]
         work.llm_calls += 1
-        work.llm_positions += shape[0] * shape[1]
-        work.per_call_positions.append(shape[0] * shape[1])
+        work.llm_positions += positions
+        work.per_call_positions.append(positions)
 
     def on_heads(module, args, output):
         work.head_rows += args[0].numel() // args[0].shape[-1]
@@ -192,7 +214,7 @@ def counting(model):
         work.reference_encodes += 1
 
     hooks = [
-        model.llm.norm.register_forward_hook(on_llm),
+        *on_llm_forward(model, on_llm),
         model.audio_heads.register_forward_hook(on_heads),
         model.audio_embeddings.register_forward_hook(on_embed),
         model.audio_tokenizer.semantic_model.register_forward_hook(on_encode),  # runs in encode() only
@@ -206,19 +228,20 @@ def counting(model):
 
 def slow_llm(model, fraction: float) -> list:
     """Make every LLM forward of `model` take (1 + fraction) x as long (the regression a speed gate must refuse):
-    a sleep of fraction x the time from the step's input embedding (`model.audio_embeddings`) to the LLM's final
-    norm, the two places every path passes once per forward (model.llm's own and fastpath's lean_llm, which does
-    not call model.llm). Returns the hook handles; `.remove()` each to undo."""
+    a sleep of fraction x the time from the step's input embedding (`model.audio_embeddings`) to the end of the
+    forward as `on_llm_forward` sees it (every path: model.llm's own, a CUDA-graph replay, fastpath's lean_llm).
+    Returns the hook handles; `.remove()` each to undo."""
     start: list = []
 
     def begin(module, args):
         start[:] = [time.perf_counter()]
 
-    def end(module, args, output):
+    def end(hidden):
         if start:
+            synchronize(hidden.device)  # on CUDA, the forward's kernels, not only their launches
             time.sleep(fraction * (time.perf_counter() - start.pop()))
 
-    return [model.audio_embeddings.register_forward_pre_hook(begin), model.llm.norm.register_forward_hook(end)]
+    return [model.audio_embeddings.register_forward_pre_hook(begin), *on_llm_forward(model, end)]
 
 
 def _cpu_attention_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
