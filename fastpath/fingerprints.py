@@ -58,7 +58,23 @@ def fingerprint_source(source: str) -> str:
             if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
                     and isinstance(body[0].value.value, str):
                 node.body = body[1:] or [ast.Pass()]
-    return hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).hexdigest()[:16]
+    return hashlib.sha256(canonical(tree).encode()).hexdigest()[:16]
+
+
+def canonical(node) -> str:
+    """The AST as text, the same on every Python that parses it the same way: node types and their fields, with
+    positions left out and empty fields (None, []) omitted, since new Pythons add fields with empty defaults
+    (3.12's `type_params` on every def and class changed `ast.dump` and with it every fingerprint)."""
+    if isinstance(node, ast.AST):
+        fields = []
+        for name, value in ast.iter_fields(node):
+            if value is None or value == []:
+                continue
+            fields.append(f"{name}={canonical(value)}")
+        return f"{type(node).__name__}({', '.join(fields)})"
+    if isinstance(node, list):
+        return "[" + ", ".join(canonical(item) for item in node) + "]"
+    return repr(node)
 
 
 def fingerprint(name: str) -> str:

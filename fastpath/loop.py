@@ -506,14 +506,14 @@ def padded_gemms(model, rows: dict, n: int):
 # What lean_llm restates, as transformers 5.24.0 has it: AST fingerprints (fingerprints.fingerprint_source) of
 # modeling_qwen3's and activations' functions. Another source runs the stock forward and says why.
 LEAN_SOURCES = {  # "module of transformers:qualified name" -> fingerprint
-    "models.qwen3.modeling_qwen3:Qwen3Model.forward": "e6bb0dda7c4ee8be",
-    "models.qwen3.modeling_qwen3:Qwen3DecoderLayer.forward": "6638598f45b2c79d",
-    "models.qwen3.modeling_qwen3:Qwen3Attention.forward": "7289e49c431f6a42",
-    "models.qwen3.modeling_qwen3:Qwen3MLP.forward": "52d009c1a53450d8",
-    "models.qwen3.modeling_qwen3:Qwen3RMSNorm.forward": "674182173a20bd92",
-    "models.qwen3.modeling_qwen3:apply_rotary_pos_emb": "b9833c77382624e4",
-    "models.qwen3.modeling_qwen3:rotate_half": "e3672a39802de532",
-    "activations:SiLUActivation.forward": "4e8e697529b1e7b8",
+    "models.qwen3.modeling_qwen3:Qwen3Model.forward": "78d331188b082985",
+    "models.qwen3.modeling_qwen3:Qwen3DecoderLayer.forward": "3dfab9074a7717a1",
+    "models.qwen3.modeling_qwen3:Qwen3Attention.forward": "f550cd5a507dfb0a",
+    "models.qwen3.modeling_qwen3:Qwen3MLP.forward": "f0f027ae35c6a31b",
+    "models.qwen3.modeling_qwen3:Qwen3RMSNorm.forward": "6f260b5d5050da32",
+    "models.qwen3.modeling_qwen3:apply_rotary_pos_emb": "97fe9d70f8992b3d",
+    "models.qwen3.modeling_qwen3:rotate_half": "e40a6f5690e66564",
+    "activations:SiLUActivation.forward": "2b243072a2fe2a9e",
 }
 
 
