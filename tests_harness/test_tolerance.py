@@ -30,9 +30,27 @@ def test_closeness_numbers_on_known_inputs():
 
 def test_closeness_of_a_run_with_itself_is_perfect():
     logits = torch.randn(1, 8, 5, 16)
-    run = Run(steps=[("call 0 c_logits", logits), ("call 0 u_logits", logits + 1)],
+    run = Run(steps=[("call 0 c_logits", logits), ("call 0 u_logits", logits + 1),
+                     ("call 0 pred_tokens", logits.argmax(-1)), ("call 0 scores", logits.amax(-1))],
               tokens=[torch.ones(8, 5, dtype=torch.long)], waveforms=[torch.randn(960).numpy()])
     close = tolerance.closeness(run, run)
     assert (close.rel_error, close.argmax_agreement, close.token_agreement) == (0.0, 1.0, 1.0)
     assert close.waveform_cosine == pytest.approx(1.0)
     assert close.waveform_snr_db == math.inf and "argmax agreement 1.0000" in close.describe()
+
+
+@pytest.mark.cpu
+def test_closeness_splits_a_batched_scoring_call_per_item(model):
+    """batched_scoring scores the items of a batch in one call ([1, C, sum of frames, V]); closeness compares it
+    item by item with stock's per-item calls, as the parity tier does (the H200's first run compared the packed
+    call with stock's first item and failed on shapes). On CPU the patch is bit-exact: perfect closeness."""
+    import fastpath
+    from harness.parity import POINTS, record_generation
+
+    kwargs = dict(POINTS["batch_of_3"], num_step=2)
+    stock = record_generation(model, seed=0, **kwargs)
+    with fastpath.patched(model, ["batched_scoring"]):
+        batched = record_generation(model, seed=0, **kwargs)
+    assert len(batched.steps) < len(stock.steps), "batched_scoring no longer packs items: this test checks nothing"
+    close = tolerance.closeness(batched, stock)
+    assert (close.rel_error, close.argmax_agreement, close.token_agreement) == (0.0, 1.0, 1.0), close.describe()
