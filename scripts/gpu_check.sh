@@ -7,7 +7,8 @@
 #      the samples as this device's speed baseline, <device key>.json
 #   4b. the same for 8 mixed-length utterances, one batch against one call each (issue 7's batching target)
 # Everything lands in $OUT (the run tool's result folder; default out/gpu here), 8 files. Each stage has
-# its own time limit, so a slow stage still leaves the others' results. About 8 minutes on an H200.
+# its own time limit, so a slow stage still leaves the others' results. On the H200 (2026-12-01) a run with the
+# parity tier stopped at 140 s took 357 s; with the parity limit of 240 s about 7.5 minutes, plus about 3 to start.
 #
 #   run(command="bash scripts/gpu_check.sh", carry=[".whl"], timeout_s=560)
 set -uo pipefail
@@ -59,14 +60,14 @@ echo "checkpoint build exit ${PIPESTATUS[0]} (124: timed out; the tests then bui
 stage "3/4 pytest -m cuda (parity, then speed)"
 # SIGINT at the limit: pytest stops, and still prints the summary and every finished test's measured values
 for tier in parity speed; do
-  timeout -s INT -k 20 "${PYTEST_LIMIT:-150}" $PY -m pytest -m cuda "tests_$tier" -p no:cacheprovider -rA -q \
+  timeout -s INT -k 20 "${PYTEST_LIMIT:-$([ $tier = parity ] && echo 240 || echo 120)}" $PY -m pytest -m cuda "tests_$tier" -p no:cacheprovider -rA -q \
     --durations=12 >"$OUT/$tier.log" 2>&1
   echo "pytest tests_$tier exit $? (124: stopped at the limit)"
   grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|passed|failed" "$OUT/$tier.log" | cut -c1-300 | tail -n 40
 done
 
 stage "4/4 bench + baseline"
-timeout "${BENCH_LIMIT:-110}" $PY -m harness.speed.bench --size full --device cuda \
+timeout "${BENCH_LIMIT:-100}" $PY -m harness.speed.bench --size full --device cuda \
   --points clone6-medium-32 auto-short-10 --variants stock@fp32 stock@bf16 gpu@bf16 preset@bf16 --rounds 6 \
   --out "$OUT/bench.json" --save-baseline "$OUT/baseline.json" >"$OUT/bench.log" 2>&1
 echo "bench exit $?"
