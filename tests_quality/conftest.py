@@ -31,8 +31,11 @@ def judge(request):
 
 @pytest.fixture(scope="session")
 def wer_margin(request) -> float:
+    """The non-inferiority margin in WER points (--wer-margin)."""
+    from harness.quality.stats import DEFAULT_MARGIN_POINTS
+
     value = request.config.getoption("wer_margin", default=None)
-    return 0.01 if value is None else float(value)
+    return DEFAULT_MARGIN_POINTS if value is None else value
 
 
 @pytest.fixture(scope="session")

@@ -166,6 +166,7 @@ def test_corpus_sets_are_big_enough_and_separate():
     dev, longform = corpus.load_corpus("dev"), corpus.load_corpus("longform")
     holdout = corpus.read_holdout_for_gate()
     assert len(dev) >= 48 and len(holdout) >= 48, (len(dev), len(holdout))
+    assert len(holdout) == corpus.HOLDOUT_SENTENCES, "the simulated sizes (test_operating.py) assume this count"
     assert not {i.text for i in dev} & {i.text for i in holdout}, "dev and holdout share a sentence"
     for item in dev + holdout:
         assert 6 <= len(item.text.split()) <= 20, item
@@ -203,8 +204,13 @@ def test_only_the_gate_reads_the_holdout():
 
 def test_gate_on_holdout_reads_the_holdout():
     model = FakeModel()
-    out = evaluate.gate_on_holdout(FakeJudge(), model, {}, model, {}, label="fake")
+
+    def make(sentences, seeds):
+        return evaluate.generate_set(model, sentences, {}, seeds, checkpoint_id="ck")
+
+    out = evaluate.gate_on_holdout(FakeJudge(), make, make, seeds=(0, 1), label="fake")
     assert out.verdict.n_sentences == len(corpus.read_holdout_for_gate()) >= 48
+    assert out.verdict.seeds == 2 and out.verdict.n_clips == 2 * out.verdict.n_sentences
     assert {c["text"] for c in model.calls} == {i.text for i in corpus.read_holdout_for_gate()}
 
 

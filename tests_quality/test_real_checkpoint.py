@@ -1,19 +1,26 @@
-"""Real-checkpoint quality: speedup configs vs stock through the gate on the dev set (GPU, real weights).
+"""Real-checkpoint quality: speedup configs vs stock through the gate (GPU, real weights).
 
 Stock is 32 sampling steps with a ~10 s voice prompt. Candidates: 16, 12 and 10 steps; a ~3 s voice prompt;
-the lossless patch stack; the lossless stack + prefix_kv_cache (lossy) at refresh intervals 2 and 4. Each verdict is printed; a non-passing one leaves a listening pack under
-<cache>/packs/<name>/.
+the lossless patch stack; the lossless stack + prefix_kv_cache (lossy) at refresh intervals 2 and 4.
+
+Dev and holdout: the pilot runs stock on the dev set (4 seeds a sentence) and sizes the runs (stats.seeds_needed);
+every decision is taken on the holdout set (evaluate.gate_on_holdout), each sentence at --quality-seeds seeds
+(default evaluate.HOLDOUT_SEEDS), the seeds of a sentence one resampling block. A non-passing verdict leaves a
+listening pack under <cache>/packs/<name>/; an underpowered one names the seeds it needs and the command.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from harness.quality import corpus, evaluate
+from harness.quality import corpus, evaluate, stats
 
 pytestmark = [pytest.mark.real_weights, pytest.mark.cuda, pytest.mark.quality]
 
 STOCK = {"num_step": 32}
+PILOT_SEEDS = 4
+RERUN = "pytest tests_quality/test_real_checkpoint.py --checkpoint PATH --quality-seeds {seeds}"
+
 # Voice prompts are made by the model itself (fixed seed), so no audio file has to ship with the suite.
 LONG_PROMPT_TEXT = ("The morning train was quiet, so she read the paper and watched the fields go by "
                     "until the city came into view.")  # ~10 s
@@ -36,8 +43,8 @@ def real_model(request):
 
 
 @pytest.fixture(scope="module")
-def dev_sentences():
-    return corpus.load_corpus("dev")
+def seeds(request) -> tuple:
+    return tuple(range(request.config.getoption("quality_seeds") or evaluate.HOLDOUT_SEEDS))
 
 
 def voice_prompt(model, text: str):
@@ -49,68 +56,85 @@ def voice_prompt(model, text: str):
 
 
 @pytest.fixture(scope="module")
-def stock_set(real_model, dev_sentences):
+def stock(real_model):
+    """(voice prompt, maker of stock sets): (sentences, seeds) -> clips, cached on disk."""
     model, identity = real_model
     prompt = voice_prompt(model, LONG_PROMPT_TEXT)
-    clips = evaluate.generate_set(model, dev_sentences, STOCK, voice_prompt=prompt, checkpoint_id=identity)
-    return prompt, clips
+
+    def make(sentences, seeds):
+        return evaluate.generate_set(model, sentences, {**STOCK, "tag": "stock"}, seeds, voice_prompt=prompt,
+                                     checkpoint_id=identity)
+
+    return prompt, make
 
 
-def gate_candidate(judge, stock_set, clips, name, margin):
-    _, ref = stock_set
-    problems = {c.id: p for c in clips if (p := evaluate.check_audio(c.wav, c.sr, c.text))}
-    assert not problems, f"{name}: audio problems {problems}"
-    out = evaluate.compare_sets(judge, ref, clips, margin=margin, label=name,
-                               pack_dir=evaluate.cache_dir("packs") / name)
+def test_pilot_on_dev_sizes_the_holdout_runs(judge, stock, seeds, wer_margin):
+    """Stock twice over on dev (4 seeds a sentence): the spread across seeds says how many seeds a holdout run
+    needs for an equivalent candidate to pass 80% of the time at this margin; fewer fails here, naming N."""
+    _, make = stock
+    dev = corpus.load_corpus("dev")
+    scored, _ = evaluate.score_clips(judge, make(dev, range(PILOT_SEEDS)))
+    se, k = stats.equivalent_se(scored.errors, scored.words, scored.groups)
+    # the SE of the same words spread over the holdout's sentences scales with sqrt(dev / holdout sentences)
+    needed = stats.seeds_needed(se * (len(dev) / corpus.HOLDOUT_SENTENCES) ** 0.5, k,
+                                stats.margin_fraction(wer_margin), corpus.HOLDOUT_SENTENCES)
+    print(f"\npilot on dev: stock WER {100 * scored.wer:.2f}%, equivalent SE at {k} seeds {100 * se:.2f} points; "
+          f"holdout needs {needed} seeds a sentence at margin {wer_margin} points (this run: {len(seeds)})")
+    assert len(seeds) >= needed, f"underpowered: need {needed} seeds per sentence: {RERUN.format(seeds=needed)}"
+
+
+def gate_candidate(judge, real_model, stock, seeds, name, margin_points, config, patches=(), refresh=None,
+                   prompt=None):
+    """Gate a candidate (generate kwargs `config`, with `patches` applied while it generates) against stock on the
+    holdout; asserts a pass, printing the verdict."""
+    import fastpath
+    from fastpath import loop
+
+    model, identity = real_model
+    stock_prompt, make_stock = stock
+
+    def make_candidate(sentences, seeds_):
+        fastpath.apply(model, list(patches))
+        try:  # the model is shared by the module: always revert
+            if refresh is not None:
+                loop.set_prefix_refresh(model, refresh)
+            clips = evaluate.generate_set(model, sentences, {**config, "tag": name}, seeds_,
+                                          voice_prompt=prompt or stock_prompt, checkpoint_id=identity)
+        finally:
+            fastpath.revert(model)
+        problems = {c.id: p for c in clips if (p := evaluate.check_audio(c.wav, c.sr, c.text))}
+        assert not problems, f"{name}: audio problems {problems}"
+        return clips
+
+    out = evaluate.gate_on_holdout(judge, make_stock, make_candidate, seeds=seeds, margin_points=margin_points,
+                                   label=name, pack_dir=evaluate.cache_dir("packs") / name, rerun=RERUN)
     text = out.verdict.format()
     print("\n" + text)
     assert out.verdict.passed, f"{text}\nlistening pack: {out.pack}"
 
 
 @pytest.mark.parametrize("steps", [16, 12, 10])
-def test_fewer_steps(judge, real_model, stock_set, dev_sentences, wer_margin, steps):
-    model, identity = real_model
-    prompt, _ = stock_set
-    clips = evaluate.generate_set(model, dev_sentences, {"num_step": steps}, voice_prompt=prompt,
-                                 checkpoint_id=identity)
-    gate_candidate(judge, stock_set, clips, f"{steps}-steps", wer_margin)
+def test_fewer_steps(judge, real_model, stock, seeds, wer_margin, steps):
+    gate_candidate(judge, real_model, stock, seeds, f"{steps}-steps", wer_margin, {"num_step": steps})
 
 
-def test_three_second_reference(judge, real_model, stock_set, dev_sentences, wer_margin):
-    model, identity = real_model
-    prompt = voice_prompt(model, SHORT_PROMPT_TEXT)
-    clips = evaluate.generate_set(model, dev_sentences, STOCK, voice_prompt=prompt, checkpoint_id=identity)
-    gate_candidate(judge, stock_set, clips, "3s-reference", wer_margin)
+def test_three_second_reference(judge, real_model, stock, seeds, wer_margin):
+    model, _ = real_model
+    gate_candidate(judge, real_model, stock, seeds, "3s-reference", wer_margin, STOCK,
+                   prompt=voice_prompt(model, SHORT_PROMPT_TEXT))
 
 
-def test_lossless_stack(judge, real_model, stock_set, dev_sentences, wer_margin):
+def test_lossless_stack(judge, real_model, stock, seeds, wer_margin):
     import fastpath
 
-    model, identity = real_model
-    prompt, _ = stock_set
-    fastpath.apply(model, fastpath.LOSSLESS)
-    try:  # the model is shared by the module: always revert
-        clips = evaluate.generate_set(model, dev_sentences, {**STOCK, "tag": "lossless"}, voice_prompt=prompt,
-                                     checkpoint_id=identity)
-    finally:
-        fastpath.revert(model)
-    gate_candidate(judge, stock_set, clips, "lossless", wer_margin)
+    gate_candidate(judge, real_model, stock, seeds, "lossless", wer_margin, STOCK, patches=fastpath.LOSSLESS)
 
 
 @pytest.mark.parametrize("refresh", [2, 4])
-def test_prefix_kv_cache(judge, real_model, stock_set, dev_sentences, wer_margin, refresh):
+def test_prefix_kv_cache(judge, real_model, stock, seeds, wer_margin, refresh):
     """The approximate prefix cache decides here: its token agreement on random weights (README) says how much
     it changes, only a real checkpoint can say whether that is audible in WER."""
     import fastpath
-    from fastpath import loop
 
-    model, identity = real_model
-    prompt, _ = stock_set
-    fastpath.apply(model, list(fastpath.LOSSLESS) + ["prefix_kv_cache"])
-    loop.set_prefix_refresh(model, refresh)
-    try:
-        clips = evaluate.generate_set(model, dev_sentences, {**STOCK, "tag": f"prefix-kv-r{refresh}"},
-                                     voice_prompt=prompt, checkpoint_id=identity)
-    finally:
-        fastpath.revert(model)
-    gate_candidate(judge, stock_set, clips, f"prefix-kv-r{refresh}", wer_margin)
+    gate_candidate(judge, real_model, stock, seeds, f"prefix-kv-r{refresh}", wer_margin, STOCK,
+                   patches=list(fastpath.LOSSLESS) + ["prefix_kv_cache"], refresh=refresh)

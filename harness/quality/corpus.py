@@ -11,6 +11,7 @@ from harness import FIXTURES
 
 CORPUS_DIR = FIXTURES / "corpus"
 OPEN_SETS = ("dev", "longform")
+HOLDOUT_SENTENCES = 48  # the count the simulated sizes assume (tests_quality/test_evaluate.py checks it)
 
 
 class Item(NamedTuple):

@@ -1,16 +1,26 @@
-"""Paired statistics for ΔWER = WER(candidate) - WER(reference), and the non-inferiority gate.
+"""ΔWER = WER(candidate) - WER(reference) and the non-inferiority gate, in WER points throughout.
 
-Procedures, all over utterances paired by id (or over blocks of them when `groups` are given):
-  * CI: paired bootstrap (Bisani & Ney 2004) of the corpus-level ΔWER (a ratio of sums), 95% BCa interval
-    from `scipy.stats.bootstrap(paired=True, method="BCa")`; blocks are resampled whole, which for a ratio of
-    sums is the same as bootstrapping per-block sums.
-  * probability of improvement: fraction of bootstrap resamples with Δ < 0.
-  * p-value: two-sided paired sign-flip permutation test on per-block error differences
-    (`scipy.stats.permutation_test(permutation_type="samples")`, exact when 2**n_blocks <= n_resamples).
-    Under the sign flip the word total is fixed, so sum(d) orders resamples exactly as Δ does.
-  * MDE = (z_{1-α/2} + z_{power}) * SE(Δ), SE from the bootstrap distribution, power 0.8.
-  * sentences needed when undecided: n * (CI half-width / (margin - Δ))**2, since the half-width shrinks as
-    1/sqrt(n) and the gate needs Δ + half-width < margin.
+Units: margins and every printed number are WER points (1.0 = one point = 0.01 of corpus WER). `margin_fraction`
+converts and refuses a value that looks like a fraction (0.01) or a percentage of nothing (50).
+
+The rule: pass iff the upper confidence bound of ΔWER < margin. "Significantly worse" (lower bound > 0) is
+reported beside the verdict, never instead of it: a candidate whose whole interval lies inside the margin passes
+however many sentences show it slightly worse.
+
+One statistic, one resampling unit: the studentized corpus ΔWER, T = (Δ - Δtrue) / SE, over sentence blocks
+(every seed of a sentence in one block). Δ = ΣD / ΣW with D the block's error difference and W its words; SE by
+linearising the ratio: SE² = G/(G-1) Σ (D - Δ W)² / (ΣW)². The critical value is the paired bootstrap-t quantile
+of T (blocks resampled with replacement) but never below Student's t with G-1 degrees of freedom; the bounds and
+both p-values come from the same T. Student's t as a floor keeps small sets honest; the bootstrap-t quantile
+widens the upper bound where damage concentrated in a few sentences makes ΔWER skewed. At ΔWER = margin, spread
+or concentrated in 10-20% of the sentences, it passes at most 5% of 400 simulated data sets at the suite's sizes
+(tests_quality/test_operating.py; README "Quality gate: operating characteristics").
+
+Power: an equivalent candidate passes when Δ + c SE < margin with Δ about 0, so SE must be at most
+margin / (c + z_power). The reference run's own seeds give the pilot: the variance of a sentence's errors across
+seeds s²_g says what an equivalent re-generation's D_g varies by (2 k s²_g for k seeds), hence the SE at k seeds
+and the seeds per sentence needed (SE shrinks as 1/sqrt(k)). A run with fewer is "underpowered: need N", not a
+chance failure.
 """
 
 from __future__ import annotations
@@ -24,14 +34,39 @@ from scipy import stats
 
 from .wer import ScoredSet, corpus_wer
 
-DEFAULT_MARGIN = 0.01  # +1.0 WER point, absolute
+DEFAULT_MARGIN_POINTS = 1.0  # non-inferiority margin: +1.0 WER point, absolute
+ALPHA = 0.025  # one-sided: the upper bound is a 97.5% bound (the upper end of a two-sided 95% interval)
+POWER = 0.8  # wanted pass probability of an equivalent candidate, for the size rule
 BOOTSTRAP_RESAMPLES = 4000
-PERMUTATION_RESAMPLES = 9999
-SEED = 20240521  # fixed: the same inputs always give the same CI and p-value
+SEED = 20240521  # fixed: the same inputs always give the same bounds
+MARGIN_POINTS_RANGE = (0.1, 50.0)
 
 
 class JudgeMismatch(ValueError):
     """Two result sets were transcribed by different judges and must not be compared."""
+
+
+def margin_fraction(points: float) -> float:
+    """A margin in WER points -> a fraction of corpus WER; refuses values that are not plausible points."""
+    low, high = MARGIN_POINTS_RANGE
+    if not low <= points <= high:
+        hint = f" ({points} looks like a fraction: {100 * points:g} points is written {100 * points:g})" \
+            if 0 < points < low else ""
+        raise ValueError(f"WER margin {points} is not in [{low}, {high}] WER points; margins are given in points "
+                         f"(1.0 = one WER point = 0.01 of corpus WER){hint}")
+    return points / 100.0
+
+
+def margin_points_option(text: str) -> float:
+    """argparse type of --wer-margin: WER points, checked by `margin_fraction`."""
+    import argparse
+
+    try:
+        value = float(text)
+        margin_fraction(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+    return value
 
 
 def paired_arrays(ref: ScoredSet, cand: ScoredSet) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]:
@@ -45,6 +80,8 @@ def paired_arrays(ref: ScoredSet, cand: ScoredSet) -> tuple[np.ndarray, np.ndarr
         raise ValueError("reference and candidate are not paired: utterance ids differ or are in another order")
     if not np.array_equal(ref.words, cand.words):
         raise ValueError("reference and candidate were scored against different reference texts")
+    if ref.groups != cand.groups:
+        raise ValueError("reference and candidate group their utterances into different sentence blocks")
     return ref.errors, cand.errors, ref.words, ref.groups
 
 
@@ -59,176 +96,179 @@ def block_sums(groups: Sequence[str] | None, *arrays: np.ndarray) -> list[np.nda
     return [np.bincount(index, weights=np.asarray(a, dtype=np.float64), minlength=len(order)) for a in arrays]
 
 
-def delta_wer(errors_ref, errors_cand, words, axis=-1):
-    """Corpus ΔWER of each resample: [..., N] -> [...]."""
-    return (np.sum(errors_cand, axis=axis) - np.sum(errors_ref, axis=axis)) / np.sum(words, axis=axis)
+def linearised_se(d: np.ndarray, w: np.ndarray, delta) -> np.ndarray:
+    """SE of Δ = Σd/Σw over the last axis of blocks: sqrt(G/(G-1) Σ (d - Δ w)²) / Σw."""
+    g = d.shape[-1]
+    delta = np.asarray(delta)[..., None]
+    return np.sqrt(g / (g - 1) * np.sum((d - delta * w) ** 2, axis=-1)) / np.sum(w, axis=-1)
 
 
 @dataclasses.dataclass(frozen=True)
-class BootstrapResult:
+class Bounds:
+    """Δ with its one-sided bounds at level 1 - alpha each, as fractions; p-values of the two one-sided tests."""
+
     delta: float
-    ci_low: float
-    ci_high: float
     se: float
-    prob_improvement: float
-    method: str  # "BCa", or "degenerate" when no block differs
+    lower: float
+    upper: float
+    crit_low: float  # the critical values the bounds used (bootstrap-t or Student's t, the larger)
+    crit_high: float
+    p_worse: float  # H0: Δ <= 0
+    n_blocks: int
+
+    def p_noninferior(self, margin: float) -> float:
+        """p-value of H0: Δ >= margin (small: shown non-inferior)."""
+        if self.se == 0:
+            return 0.0 if self.delta < margin else 1.0
+        return self._p_below((self.delta - margin) / self.se)
+
+    _t_star: np.ndarray = dataclasses.field(default=None, repr=False, compare=False)
+
+    def _p_below(self, t_obs: float) -> float:
+        df = self.n_blocks - 1
+        return float(max(np.mean(self._t_star <= t_obs), stats.t.cdf(t_obs, df)))
 
 
-def paired_bootstrap(
-    errors_ref,
-    errors_cand,
-    words,
-    groups: Sequence[str] | None = None,
-    confidence: float = 0.95,
-    n_resamples: int = BOOTSTRAP_RESAMPLES,
-    seed: int = SEED,
-) -> BootstrapResult:
-    """BCa CI of corpus ΔWER, resampling utterances (or whole groups) with replacement."""
+def studentized_bounds(errors_ref, errors_cand, words, groups: Sequence[str] | None = None, alpha: float = ALPHA,
+                       n_resamples: int = BOOTSTRAP_RESAMPLES, seed: int = SEED) -> Bounds:
+    """Paired bootstrap-t of corpus ΔWER over blocks, critical values never below Student's t(G-1)."""
     e_ref, e_cand, w = block_sums(groups, errors_ref, errors_cand, words)
-    delta = float(delta_wer(e_ref, e_cand, w))
-    if np.array_equal(e_ref, e_cand):  # every resample gives exactly 0; BCa is undefined there
-        return BootstrapResult(delta, delta, delta, 0.0, 0.0, "degenerate")
-    res = stats.bootstrap(
-        (e_ref, e_cand, w),
-        delta_wer,
-        paired=True,
-        vectorized=True,
-        method="BCa",
-        confidence_level=confidence,
-        n_resamples=n_resamples,
-        rng=np.random.default_rng(seed),
-    )
-    dist = res.bootstrap_distribution
-    return BootstrapResult(
-        delta=delta,
-        ci_low=float(res.confidence_interval.low),
-        ci_high=float(res.confidence_interval.high),
-        se=float(res.standard_error),
-        prob_improvement=float(np.mean(dist < 0)),
-        method="BCa",
-    )
-
-
-def sign_flip_pvalue(
-    errors_ref,
-    errors_cand,
-    groups: Sequence[str] | None = None,
-    n_resamples: int = PERMUTATION_RESAMPLES,
-    seed: int = SEED,
-) -> float:
-    """Two-sided p-value of H0 'per-block error differences are symmetric about 0' (paired sign-flip test)."""
-    e_ref, e_cand = block_sums(groups, errors_ref, errors_cand)
     d = e_cand - e_ref  # [G]
-    d = d[d != 0]  # a zero flips to itself; dropping zeros lets scipy enumerate all 2**k flips when it can
-    if d.size <= 1:  # the flips give {+d, -d}: both as extreme as observed, so p = 1 exactly
-        return 1.0
-    res = stats.permutation_test(
-        (d,),
-        lambda x, axis: np.sum(x, axis=axis),
-        permutation_type="samples",
-        vectorized=True,
-        n_resamples=n_resamples,
-        alternative="two-sided",
-        rng=np.random.default_rng(seed),
-    )
-    return float(res.pvalue)
+    g = d.size
+    if g < 2:
+        raise ValueError(f"{g} sentence block: a confidence bound needs at least 2")
+    delta = float(d.sum() / w.sum())
+    se = float(linearised_se(d, w, delta))
+    if se == 0:  # every block moves in proportion to its words (no difference at all, typically): no spread
+        return Bounds(delta, 0.0, delta, delta, 0.0, 0.0, 0.0 if delta > 0 else 1.0, g, np.zeros(1))
+    idx = np.random.default_rng(seed).integers(g, size=(n_resamples, g))
+    ds, ws = d[idx], w[idx]  # [B, G]
+    delta_star = ds.sum(-1) / ws.sum(-1)
+    se_star = linearised_se(ds, ws, delta_star)
+    se_star = np.where(se_star > 0, se_star, se)  # a resample without spread: the sample's own SE
+    t_star = (delta_star - delta) / se_star  # [B]
+    student = float(stats.t.ppf(1 - alpha, g - 1))
+    crit_high = max(-float(np.quantile(t_star, alpha)), student)
+    crit_low = max(float(np.quantile(t_star, 1 - alpha)), student)
+    t0 = delta / se
+    p_worse = float(max(np.mean(t_star >= t0), stats.t.sf(t0, g - 1)))
+    return Bounds(delta, se, delta - crit_low * se, delta + crit_high * se, crit_low, crit_high, p_worse, g,
+                  t_star)
 
 
-def minimum_detectable_effect(se: float, alpha: float = 0.05, power: float = 0.8) -> float:
-    """MDE = (z_{1-α/2} + z_{power}) * SE: the true Δ a two-sided level-α test detects with this power."""
-    return (stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)) * se
-
-
-def sentences_needed(n: int, half_width: float, delta: float, margin: float) -> int | None:
-    """n * (half_width / (margin - Δ))**2, rounded up; None when Δ >= margin (no n makes the gate pass)."""
-    if delta >= margin:
+def equivalent_se(errors_ref, words, groups: Sequence[str]) -> tuple[float, int] | None:
+    """Pilot: the SE an equivalent re-generation of the reference run would give at this size, from the spread of
+    each sentence's errors across its seeds. (SE, seeds per sentence); None when sentences have < 2 seeds."""
+    order = list(dict.fromkeys(groups))
+    by = {g: [] for g in order}
+    for g, e in zip(groups, errors_ref):
+        by[g].append(float(e))
+    seeds = min(len(v) for v in by.values())
+    if seeds < 2 or len(order) < 2:
         return None
-    return max(n + 1, math.ceil(n * (half_width / (margin - delta)) ** 2))
+    var_d = np.array([2 * len(by[g]) * np.var(by[g], ddof=1) for g in order])  # Var(D_g) for k seeds
+    total_words = float(np.sum(words))
+    return float(np.sqrt(len(order) / (len(order) - 1) * var_d.sum()) / total_words), seeds
+
+
+def seeds_needed(se_now: float, seeds_now: int, margin: float, n_blocks: int, alpha: float = ALPHA,
+                 power: float = POWER) -> int:
+    """Seeds per sentence for an equivalent candidate to pass with `power`: SE <= margin / (t + z_power), SE
+    shrinking as 1/sqrt(seeds)."""
+    target = margin / (stats.t.ppf(1 - alpha, n_blocks - 1) + stats.norm.ppf(power))
+    return max(1, math.ceil(seeds_now * (se_now / target) ** 2))
+
+
+def equivalent_pass_probability(se: float, margin: float, n_blocks: int, alpha: float = ALPHA) -> float:
+    """About how often a candidate with ΔWER = 0 passes at this SE (normal approximation)."""
+    if se == 0:
+        return 1.0
+    return float(stats.norm.cdf(margin / se - stats.t.ppf(1 - alpha, n_blocks - 1)))
 
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-    """Outcome of the non-inferiority gate; `verdict` is "pass", "worse" or "inconclusive"."""
+    """The gate's outcome: `verdict` is "pass", "fail" or "underpowered"; `worse` is reported beside it.
+    Fractions inside; `format()` prints points."""
 
     verdict: str
     delta_wer: float
-    ci_low: float
-    ci_high: float
-    p_value: float
-    prob_improvement: float
-    mde: float
+    lower: float
+    upper: float
     se: float
+    p_noninferior: float
+    p_worse: float
+    worse: bool  # the lower bound > 0: significantly worse than the reference (not necessarily beyond the margin)
     wer_ref: float
     wer_cand: float
     margin: float
+    n_clips: int
     n_sentences: int
-    n_groups: int
+    seeds: int  # per sentence (the fewest any sentence has)
+    seeds_needed: int | None  # from the pilot; None when the reference run has one seed per sentence
+    pilot: str  # where the size rule's SE came from
+    equivalent_pass: float  # estimated pass probability of an equivalent candidate at this size
     n_differing: int
-    n_needed: int | None
     judge: str
     label: str = ""
+    rerun: str = ""  # the command that gives the run the size it needs
 
     @property
     def passed(self) -> bool:
         return self.verdict == "pass"
 
     def format(self) -> str:
-        needed = ""
-        if self.verdict == "inconclusive":
-            needed = (
-                f"\n  sentences needed: {self.n_needed} (n * (CI half-width / (margin - ΔWER))^2)"
-                if self.n_needed is not None
-                else "\n  sentences needed: none suffices, ΔWER point estimate is at or above the margin"
-            )
-        return (
-            f"[{self.verdict.upper()}] {self.label or 'candidate'} vs reference (non-inferiority, "
-            f"margin {100 * self.margin:+.2f} WER points)\n"
-            f"  WER ref {100 * self.wer_ref:.2f}%  cand {100 * self.wer_cand:.2f}%\n"
-            f"  ΔWER {100 * self.delta_wer:+.2f} pts  95% CI [{100 * self.ci_low:+.2f}, {100 * self.ci_high:+.2f}]"
-            f"  p={self.p_value:.4f}  P(improve)={self.prob_improvement:.3f}  MDE {100 * self.mde:.2f} pts\n"
-            f"  sentences {self.n_sentences}  groups {self.n_groups}  differing {self.n_differing}"
-            f"{needed}\n  judge: {self.judge}"
-        )
+        pts = lambda x: f"{100 * x:+.2f}"
+        head = self.verdict.upper()
+        if self.verdict == "underpowered":
+            head = f"UNDERPOWERED: need {self.seeds_needed} seeds per sentence"
+        size = f"  sentences {self.n_sentences} x seeds {self.seeds} = clips {self.n_clips}  differing {self.n_differing}"
+        if self.seeds_needed is not None:
+            size += f"  seeds needed for {POWER:.0%} power: {self.seeds_needed} ({self.pilot})"
+        lines = [
+            f"[{head}] {self.label or 'candidate'} vs reference: non-inferiority at margin {100 * self.margin:.2f} "
+            f"WER points (pass iff the {1 - ALPHA:.1%} upper bound < margin)",
+            f"  WER ref {100 * self.wer_ref:.2f}%  cand {100 * self.wer_cand:.2f}%",
+            f"  ΔWER {pts(self.delta_wer)} pts  bounds [{pts(self.lower)}, {pts(self.upper)}]  SE {100 * self.se:.2f}"
+            f"  p(non-inferior)={self.p_noninferior:.4f}  p(worse)={self.p_worse:.4f}"
+            + ("  SIGNIFICANTLY WORSE than the reference" if self.worse else ""),
+            size + f"  equivalent passes ~{self.equivalent_pass:.0%}",
+        ]
+        if self.verdict == "underpowered" and self.rerun:
+            lines.append(f"  rerun: {self.rerun}")
+        lines.append(f"  judge: {self.judge}")
+        return "\n".join(lines)
 
 
-def gate(
-    ref: ScoredSet,
-    cand: ScoredSet,
-    margin: float = DEFAULT_MARGIN,
-    alpha: float = 0.05,
-    label: str = "",
-    use_groups: bool = True,
-) -> Verdict:
-    """Non-inferiority gate: pass iff the upper 95% CI bound of ΔWER < margin and the candidate is not
-    significantly worse (CI lower bound > 0 and p < alpha fails as "worse"); otherwise "inconclusive"."""
+def gate(ref: ScoredSet, cand: ScoredSet, margin_points: float = DEFAULT_MARGIN_POINTS, label: str = "",
+         rerun: str = "", alpha: float = ALPHA) -> Verdict:
+    """Non-inferiority gate over sentence blocks (ScoredSet.groups): "pass" iff the upper bound < margin; else
+    "underpowered" when the pilot says this size gives an equivalent candidate less than POWER and the candidate
+    is not shown worse than the margin; else "fail". `rerun` (a command with {seeds}) is printed when underpowered."""
+    margin = margin_fraction(margin_points)
     e_ref, e_cand, words, groups = paired_arrays(ref, cand)
-    groups = groups if use_groups else None
-    boot = paired_bootstrap(e_ref, e_cand, words, groups, confidence=1 - alpha)
-    p = sign_flip_pvalue(e_ref, e_cand, groups)
-    n_groups = len(set(groups)) if groups is not None else len(words)
-    if boot.ci_low > 0 and p < alpha:
-        verdict = "worse"
-    elif boot.ci_high < margin:
-        verdict = "pass"
+    b = studentized_bounds(e_ref, e_cand, words, groups, alpha=alpha)
+    pilot = equivalent_se(e_ref, words, groups)
+    seeds = min(list(groups).count(g) for g in dict.fromkeys(groups))
+    if pilot is not None:
+        se_eq, _ = pilot
+        source = "pilot: the reference run's spread across seeds"
     else:
-        verdict = "inconclusive"
-    half_width = (boot.ci_high - boot.ci_low) / 2
+        se_eq = b.se
+        source = "pilot: this comparison's SE (one seed per sentence)"
+    needed = seeds_needed(se_eq, seeds, margin, b.n_blocks, alpha) if se_eq > 0 else seeds
+    if b.upper < margin:
+        verdict = "pass"
+    elif needed > seeds and b.lower < margin:
+        verdict = "underpowered"
+    else:
+        verdict = "fail"
     return Verdict(
-        verdict=verdict,
-        delta_wer=boot.delta,
-        ci_low=boot.ci_low,
-        ci_high=boot.ci_high,
-        p_value=p,
-        prob_improvement=boot.prob_improvement,
-        mde=minimum_detectable_effect(boot.se, alpha),
-        se=boot.se,
-        wer_ref=corpus_wer(e_ref, words),
-        wer_cand=corpus_wer(e_cand, words),
-        margin=margin,
-        n_sentences=len(words),
-        n_groups=n_groups,
-        n_differing=int(np.count_nonzero(e_ref != e_cand)),
-        n_needed=sentences_needed(len(words), half_width, boot.delta, margin) if verdict == "inconclusive" else None,
-        judge=ref.judge,
-        label=label,
+        verdict=verdict, delta_wer=b.delta, lower=b.lower, upper=b.upper, se=b.se,
+        p_noninferior=b.p_noninferior(margin), p_worse=b.p_worse, worse=b.lower > 0,
+        wer_ref=corpus_wer(e_ref, words), wer_cand=corpus_wer(e_cand, words), margin=margin,
+        n_clips=len(words), n_sentences=b.n_blocks, seeds=seeds, seeds_needed=needed, pilot=source,
+        equivalent_pass=equivalent_pass_probability(se_eq, margin, b.n_blocks, alpha),
+        n_differing=int(np.count_nonzero(e_ref != e_cand)), judge=ref.judge, label=label,
+        rerun=rerun.format(seeds=needed) if rerun else "",
     )

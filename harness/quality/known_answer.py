@@ -1,0 +1,230 @@
+"""The gate's operating characteristics on real speech: espeak-ng renders judged by Whisper (tiny.en by default).
+
+Each corpus sentence is rendered once per seed with a randomised realisation (speech.realisation: voice variant,
+rate, pitch), so two sets of seeds are two different, equally good sets: the "equivalent" candidate. Worse
+candidates are the equivalent one with damage whose expected size is set in WER points (words dropped from the
+middle are injected divided by ERRORS_PER_DROPPED_WORD, what one costs as the judge hears it):
+  * spread: every clip loses floor(x w) words (+1 with probability frac(x w)), x the damage as a fraction, w its words;
+  * concentrated: the same, only in a random 20% of the sentences (all their seeds), x scaled up to keep the total;
+  * cut: the longest third of the sentences have their last words cut from the audio, as many as make about
+    twice the margin.
+Words are dropped from the text before rendering (same realisation) and scored against the full sentence.
+A repetition draws, for every sentence, 2k distinct seeds from a pool of 12 (k for the reference, k for the
+candidate), shared by its cases, and each case's damage; clips and transcripts are cached, so repetitions share
+work where they share seeds.
+
+    python -m harness.quality.known_answer --reps 20          # the README table (about 25 min on 2 cores, cold)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor
+from typing import Sequence
+
+import numpy as np
+
+from . import corpus, evaluate, speech, wer
+from .evaluate import Clip
+from .stats import gate, margin_fraction
+
+MARGIN_POINTS = 4.0  # what 60 sentences x 3 seeds of espeak speech support for tiny.en (README: the pilot)
+SEEDS = 3
+POOL = 12  # seeds rendered per sentence
+CONCENTRATED = 0.2
+# Whisper tiny.en makes about 1.4 errors per word dropped from the middle of an espeak sentence (it mishears the
+# neighbours too): measured by this table at 1.0 word per error (ΔWER over the equivalent set: +5.7 points for 4
+# injected, +11.5 for 8, 20 repetitions each). Damage is injected divided by this, so a case "worse by the margin"
+# is worse by about the margin as the judge hears it. Words cut from the end cost about 1.0 error each (+7.8 for 8).
+ERRORS_PER_DROPPED_WORD = 1.4
+FAST = dict(margin_points=8.0, seeds=1)  # the default run's one repetition: 60 clips a set
+
+
+@dataclasses.dataclass(frozen=True)
+class Damage:
+    kind: str = "none"  # none | drop | cut
+    words: int = 0
+
+
+def render_clip(item: corpus.Item, seed: int, slot: int, damage: Damage = Damage()) -> Clip:
+    how = speech.realisation(item.id, seed)
+    if damage.kind == "drop" and damage.words:
+        text = speech.drop_n_words(item.text, damage.words, seed=seed * 1000 + damage.words)
+        wav, sr = speech.render_as(text, how)
+    elif damage.kind == "cut" and damage.words:
+        wav, sr = speech.cut_last_words(item.text, damage.words, how)
+    else:
+        wav, sr = speech.render_as(item.text, how)
+    return Clip(f"{item.id}#{slot}", item.text, wav, sr, group=item.id, seed=seed)
+
+
+def draws(x: float, words: np.ndarray, rng) -> np.ndarray:
+    """Words to drop per clip: floor(x w) plus one with probability frac(x w)."""
+    want = x * words
+    return (np.floor(want) + (rng.random(words.shape) < want - np.floor(want))).astype(int)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    kind: str  # equivalent | spread | concentrated | cut
+    times_margin: float  # damage in margins (0 for equivalent; cut: about 2)
+    want: str  # the criterion, e.g. "pass >= 80%"
+
+
+CASES = (
+    Case("equivalent set (other seeds)", "equivalent", 0.0, "pass >= 80%"),
+    Case("worse by the margin, spread", "spread", 1.0, "pass <= 5%"),
+    Case("worse by the margin, concentrated in 20% of sentences", "concentrated", 1.0, "pass <= 5%"),
+    Case("worse by 2x the margin, spread", "spread", 2.0, "refused >= 95%"),
+    Case("worse by 2x the margin, concentrated in 20% of sentences", "concentrated", 2.0, "refused >= 95%"),
+    Case("last words cut from the audio of the longest third", "cut", 2.0, "refused >= 95%"),
+)
+
+
+def plan(case: Case, items: Sequence[corpus.Item], seeds: int, margin_points: float, chosen: np.ndarray,
+         rng) -> tuple[list, list]:
+    """(reference specs, candidate specs) of one repetition: lists of (item, seed, slot, Damage). chosen: [G, 2k]
+    distinct pool seeds per sentence (the first k the reference's, the rest the candidate's); rng draws the damage."""
+    words = np.array([len(it.text.split()) for it in items])
+    ref = [(it, int(chosen[g, j]), j, Damage()) for g, it in enumerate(items) for j in range(seeds)]
+    drop = np.zeros((len(items), seeds), dtype=int)
+    x = margin_fraction(margin_points) * case.times_margin / ERRORS_PER_DROPPED_WORD
+    kind = "drop"
+    if case.kind == "spread":
+        drop = draws(x, np.repeat(words[:, None], seeds, 1), rng)
+    elif case.kind == "concentrated":
+        hit = rng.choice(len(items), max(1, round(CONCENTRATED * len(items))), replace=False)
+        scale = words.sum() / words[hit].sum()
+        drop[hit] = draws(x * scale, np.repeat(words[hit, None], seeds, 1), rng)
+    elif case.kind == "cut":
+        kind = "cut"
+        longest = np.argsort(-words, kind="stable")[: len(items) // 3]
+        drop[longest] = max(1, round(x * ERRORS_PER_DROPPED_WORD * words.sum() / len(longest)))
+    cand = [(it, int(chosen[g, seeds + j]), j, Damage(kind, int(drop[g, j]))) for g, it in enumerate(items)
+            for j in range(seeds)]
+    return ref, cand
+
+
+_judge = None
+
+
+def _load(name):
+    global _judge
+    from .judge import load_judge
+
+    _judge = load_judge(name, cpu_threads=1)
+
+
+def _transcribe(specs):
+    return evaluate.transcribe_set(_judge, [render_clip(*s) for s in specs])
+
+
+def transcribe_all(specs: list, judge_name: str | None, workers: int) -> None:
+    """Render and transcribe every clip of `specs` (deduplicated) into the caches, `workers` processes of one
+    thread each (2 on 2 cores: 1.5x one process of 2 threads)."""
+    unique = list({(s[0].id, s[1], s[3]): s for s in specs}.values())
+    if workers <= 1:
+        _load(judge_name)
+        _transcribe(unique)
+        return
+    shards = [unique[i::workers] for i in range(workers)]
+    context = multiprocessing.get_context("spawn")  # no fork of a process whose OpenMP threads may be running
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_load, initargs=(judge_name,)) as ex:
+        list(ex.map(_transcribe, shards))
+
+
+def score(judge, specs: list) -> wer.ScoredSet:
+    scored, _ = evaluate.score_clips(judge, [render_clip(*s) for s in specs])
+    return scored
+
+
+@dataclasses.dataclass
+class Row:
+    case: Case
+    verdicts: list
+
+    @property
+    def pass_rate(self) -> float:
+        return sum(v.passed for v in self.verdicts) / len(self.verdicts)
+
+    def meets(self) -> bool:
+        rate = self.pass_rate
+        return {"pass >= 80%": rate >= 0.8, "pass <= 5%": rate <= 0.05, "refused >= 95%": rate <= 0.05}[self.case.want]
+
+    def as_dict(self) -> dict:
+        deltas = [100 * v.delta_wer for v in self.verdicts]
+        return {"case": self.case.name, "want": self.case.want, "repetitions": len(self.verdicts),
+                "passed": sum(v.passed for v in self.verdicts), "pass_rate": self.pass_rate, "meets": self.meets(),
+                "delta_points_mean": float(np.mean(deltas)), "delta_points_sd": float(np.std(deltas, ddof=1))
+                if len(deltas) > 1 else 0.0, "upper_points_mean": float(np.mean([100 * v.upper for v in self.verdicts])),
+                "verdicts": [v.verdict for v in self.verdicts]}
+
+
+def run(judge, judge_name: str | None, reps: int, seeds: int = SEEDS, margin_points: float = MARGIN_POINTS,
+        cases: Sequence[Case] = CASES, workers: int = 2, seed: int = 0, items=None, log=print) -> list[Row]:
+    items = items if items is not None else corpus.load_corpus("dev")
+    plans = {case: [] for case in cases}
+    for rep in range(reps):  # one draw of seeds per repetition, shared by every case: paired, and fewer clips
+        pick = np.random.default_rng([seed, 1000 + rep])
+        chosen = np.array([pick.choice(POOL, 2 * seeds, replace=False) for _ in items])
+        for case in cases:
+            rng = np.random.default_rng([seed, rep, CASES.index(case)])
+            plans[case].append(plan(case, items, seeds, margin_points, chosen, rng))
+    every = [s for reps_ in plans.values() for ref, cand in reps_ for s in ref + cand]
+    t0 = time.time()
+    transcribe_all(every, judge_name, workers)
+    log(f"rendered and transcribed {len({(s[0].id, s[1], s[3]) for s in every})} distinct clips in "
+        f"{time.time() - t0:.0f} s")
+    rows = []
+    for case, reps_ in plans.items():
+        verdicts = [gate(score(judge, ref), score(judge, cand), margin_points=margin_points, label=case.name)
+                    for ref, cand in reps_]
+        rows.append(Row(case, verdicts))
+        log(f"{case.name}: passed {sum(v.passed for v in verdicts)}/{len(verdicts)}")
+    return rows
+
+
+def markdown(rows: list[Row], margin_points: float, seeds: int, items: int) -> str:
+    lines = [f"margin {margin_points:g} WER points; {items} sentences x {seeds} seeds a set; "
+             f"{len(rows[0].verdicts)} repetitions a row",
+             "| case | criterion | passed | ΔWER points, mean (sd) | upper bound, mean | met |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        d = r.as_dict()
+        lines.append(f"| {d['case']} | {d['want']} | {d['passed']}/{d['repetitions']} ({d['pass_rate']:.0%}) | "
+                     f"{d['delta_points_mean']:+.2f} ({d['delta_points_sd']:.2f}) | {d['upper_points_mean']:+.2f} | "
+                     f"{'yes' if d['meets'] else 'NO'} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.quality.known_answer", description=__doc__.split("\n")[0])
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--seeds", type=int, default=SEEDS, help="seeds per sentence in a set")
+    parser.add_argument("--margin", type=float, default=MARGIN_POINTS, help="WER points")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--judge", default=None)
+    parser.add_argument("--out", default=str(evaluate.REPO_ROOT / "out" / "quality" / "known_answer.json"))
+    args = parser.parse_args(argv)
+    from pathlib import Path
+
+    from .judge import load_judge
+
+    judge = load_judge(args.judge)
+    rows = run(judge, args.judge, args.reps, args.seeds, args.margin, workers=args.workers)
+    text = markdown(rows, args.margin, args.seeds, len(corpus.load_corpus("dev")))
+    print(text)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"margin_points": args.margin, "seeds": args.seeds, "reps": args.reps,
+                               "judge": judge.identity, "espeak": speech.espeak_version(),
+                               "rows": [r.as_dict() for r in rows]}, indent=1) + "\n")
+    return 0 if all(r.meets() for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
