@@ -99,6 +99,59 @@ def definition_source(module_source: str, name: str) -> str:
     return "".join(module_source.splitlines(keepends=True)[first - 1 : node.end_lineno])
 
 
+def definitions(module_source: str) -> dict:
+    """{qualified name: fingerprint} of every function and method (nested ones too) in a module's source text,
+    plus 'Class.<body>' for what a class defines besides its methods (dataclass fields and their defaults) and
+    '<module>' for the module's own statements (constants)."""
+    tree = ast.parse(module_source)
+    lines = module_source.splitlines(keepends=True)
+    out = {}
+
+    def visit(nodes, prefix):
+        for node in nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = prefix + node.name
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                out[name] = fingerprint_source("".join(lines[first - 1 : node.end_lineno]))
+                visit(node.body, name + ".<locals>.")
+            elif isinstance(node, ast.ClassDef):
+                visit(node.body, prefix + node.name + ".")
+                out[prefix + node.name + ".<body>"] = _without_defs(node)  # fields, defaults, constants
+
+    visit(tree.body, "")
+    out["<module>"] = _without_defs(tree)  # module constants and imports
+    return out
+
+
+def _without_defs(node) -> str:
+    """Fingerprint of a class or module without its functions and classes: what else it defines."""
+    import copy
+
+    node = copy.deepcopy(node)
+    node.body = [n for n in node.body if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    if node.body and isinstance(node.body[0], ast.Expr) and isinstance(getattr(node.body[0], "value", None),
+                                                                       ast.Constant):
+        node.body = node.body[1:]  # the docstring
+    return hashlib.sha256(canonical(node).encode()).hexdigest()[:16]
+
+
+def package_fingerprints(folder) -> dict:
+    """{'path/in/package.py:qualified.name': fingerprint} of every function of a package folder's .py files."""
+    folder = Path(folder)
+    out = {}
+    for path in sorted(folder.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        rel = path.relative_to(folder).as_posix()
+        try:
+            found = definitions(path.read_text(encoding="utf-8"))
+        except SyntaxError as err:
+            out[f"{rel}:<module>"] = f"syntax error: {err}"
+            continue
+        out.update({f"{rel}:{name}": fp for name, fp in found.items()})
+    return out
+
+
 def fingerprints_in(module_source: str, names) -> dict:
     """{name: fingerprint, or None where the source does not define it} for a module's source text."""
     out = {}

@@ -10,14 +10,17 @@ Checks, in order, each with a status: pass, changed-as-expected, changed, fail o
 | check | measures | blocks the bump when |
 |---|---|---|
 | install | the candidate installs and `omnivoice.models.omnivoice` imports | it does not (every later check skips) |
-| fingerprints | AST fingerprint of every upstream name a patch relies on, vs the `--against` version's source; a unified diff per changed one in OUT/fingerprints/ | one changed to a fingerprint not recorded as known to work in fastpath/fingerprints.json ("changed": review the diff, and record it only once parity passes) |
-| goldens | stock output on the tiny checkpoint vs fixtures/goldens/<version>.json, per operating point | never: a behaviour change of stock is reported ("changed"), not judged |
+| fingerprints | AST fingerprint of every upstream name a patch relies on, vs the `--against` version's source; and of every function of the package, each changed one marked by the behaviour grid's call trace (on the generation path; relied on by patches, directly or transitively); a unified diff per changed one in OUT/fingerprints/ | a relied-on name changed to a fingerprint not recorded as known to work in fastpath/fingerprints.json ("changed": review the diff, and record it only once parity passes); other changed functions are reported, and the behaviour check decides |
+| behaviour | stock generation over harness.behaviour.GRID (every mode and sampler branch; per-step logits, scores, predicted tokens, unmasking order, final tokens, target lengths, waveform), recorded in both versions' environments in this job and compared bit for bit | any difference not accepted by name (`--accept SETTING=REASON`, recorded in the verdict) |
+| goldens | stock output on the tiny checkpoint vs fixtures/goldens/<version>.json, per operating point | never: the record for versions that can no longer be installed |
 | parity | the parity tier (pytest tests_parity) run in the candidate's env with FASTPATH_ALLOW_UNVERIFIED_UPSTREAM=1 | any test fails or errors |
-| work | exact work counters (FLOPs, LLM calls and positions, head rows, ...) of stock and of the lossless stack on the tiny checkpoint, candidate vs `--against`, same job | the lossless stack does more work on the candidate |
+| work | exact work counters (FLOPs, LLM calls and positions, head rows, ...) of stock and of the lossless stack on the tiny checkpoint, in both environments, same job | the stack's share of stock's work (stack / stock, per counter) grows by more than WORK_SLACK |
 | rtf | optional interleaved RTF on tiny (`--rtf-rounds N`) | never (noisy, informational) |
 | quality | tests_quality's real-weights tier, when a real checkpoint is given | a test fails |
 
-Exit status: 0 the bump may ship, 1 it must not, 2 the gate could not run (bad candidate, no index).
+Exit status: 0 the bump may ship, 1 it must not, 2 the gate could not run (bad candidate, no index), 3 INCOMPLETE:
+a blocking check (fingerprints, behaviour, parity, work) was skipped, run on a subset (--parity-k) or left out
+(--checks), so there is no verdict.
 Writes OUT/verdict.json, OUT/verdict.md and each step's log.
 """
 
@@ -44,7 +47,9 @@ from harness import goldens as gold
 from harness.cli import int_at_least
 
 STATUSES = ("pass", "changed-as-expected", "changed", "fail", "skipped")
-CHECKS = ("fingerprints", "goldens", "parity", "work", "rtf", "quality")
+CHECKS = ("fingerprints", "behaviour", "goldens", "parity", "work", "rtf", "quality")
+BLOCKING = ("fingerprints", "behaviour", "parity", "work")  # without all four there is no verdict
+WORK_SLACK = 0.01  # the stack's work / stock's may grow this much (relative) before the bump is refused
 WORK_POINTS = ("clone6-medium-32", "auto-short-10")  # speed points: a voice clone at 32 steps, a short auto voice
 COUNTERS = ("flops", "llm_calls", "llm_positions", "head_rows", "embedded_positions", "reference_encodes")
 
@@ -111,6 +116,27 @@ def rule_goldens(differences: dict, against_version: str, candidate_version: str
                  [f"{p}: {'; '.join(parts)}" for p, parts in moved.items()])
 
 
+def rule_behaviour(differences: dict, accepted: dict, settings: int, versions: tuple) -> Check:
+    """differences: {setting: [what differs]} (behaviour.compare); accepted: {setting or '*': reason}."""
+    if not differences:
+        return Check("behaviour", "pass", False,
+                     f"stock generation bit-identical to {versions[1]} at all {settings} settings")
+    details = []
+    for name, diffs in differences.items():
+        reason = accepted.get(name) or accepted.get("*")
+        state = f"ACCEPTED ({reason})" if reason else "NOT accepted"
+        details.append(f"{name} [{state}]: " + "; ".join(diffs[:3]))
+    refused = [n for n in differences if not (accepted.get(n) or accepted.get("*"))]
+    if not refused:
+        return Check("behaviour", "changed-as-expected", False,
+                     f"{len(differences)} of {settings} settings differ, every one accepted by name", details)
+    details.append("to accept a reviewed change: --accept 'SETTING=REASON' (once per setting, or '*=REASON'); "
+                   "the reason is recorded in the verdict")
+    return Check("behaviour", "changed", True,
+                 f"stock generation differs from {versions[1]} at {len(refused)} of {settings} settings: "
+                 f"{', '.join(refused[:6])}{' ...' if len(refused) > 6 else ''}", details)
+
+
 def rule_parity(result: dict) -> Check:
     """result: {'returncode', 'passed', 'failed': [(test, message)], 'errors': [...], 'skipped': [...]}"""
     bad = result["failed"] + result["errors"]
@@ -125,29 +151,34 @@ def rule_parity(result: dict) -> Check:
 
 
 def rule_work(candidate: dict, against: dict, candidate_version: str, against_version: str) -> Check:
-    """candidate/against: {point: {'stock': counters, 'fastpath': counters}} (probe_work)."""
-    more, moved, details = [], [], []
-    for point in sorted(set(candidate) & set(against)):
-        for variant in ("stock", "fastpath"):
-            for key in COUNTERS:
-                a, c = against[point][variant][key], candidate[point][variant][key]
-                if a == c:
-                    continue
-                line = f"{point} {variant} {key}: {a} -> {c} ({(c - a) / a:+.1%})" if a else f"{point} {variant} {key}: {a} -> {c}"
-                (more if variant == "fastpath" and c > a else moved).append(line)
-        s, f = candidate[point]["stock"]["flops"], candidate[point]["fastpath"]["flops"]
-        sa, fa = against[point]["stock"]["flops"], against[point]["fastpath"]["flops"]
-        details.append(f"{point}: FLOPs stock/fastpath {sa / fa:.3f}x on {against_version}, {s / f:.3f}x on "
-                       f"{candidate_version}" if f and fa else f"{point}: no FLOPs counted")
+    """candidate/against: {point: {'stock': counters, 'fastpath': counters}} (probe_work). Compared as the stack's
+    share of stock's work per counter, so longer speech in a release (both grow) does not block, and a stack that
+    lost ground relative to stock does."""
+    worse, moved, details = [], [], []
     missing = sorted(set(candidate) ^ set(against))
+    for point in sorted(set(candidate) & set(against)):
+        for key in COUNTERS:
+            sa, fa = against[point]["stock"][key], against[point]["fastpath"][key]
+            sc, fc = candidate[point]["stock"][key], candidate[point]["fastpath"][key]
+            if not sa or not sc:
+                if (sa, fa) != (sc, fc):
+                    moved.append(f"{point} {key}: stock {sa} -> {sc}, stack {fa} -> {fc}")
+                continue
+            ra, rc = fa / sa, fc / sc
+            line = f"{point} {key}: stack/stock {ra:.4f} on {against_version} -> {rc:.4f} on {candidate_version}"
+            if rc > ra * (1 + WORK_SLACK):
+                worse.append(line + f" ({rc / ra - 1:+.1%})")
+            elif (sa, fa) != (sc, fc):
+                moved.append(line + f" (stock {sa} -> {sc})")
     if missing:
         return Check("work", "fail", True, f"work not measured on both versions at {missing}", details)
-    if more:
-        return Check("work", "fail", True, f"the lossless stack does more work on {candidate_version}",
-                     more + moved + details)
+    if worse:
+        return Check("work", "fail", True, f"the lossless stack lost ground to stock on {candidate_version}: "
+                                           f"{len(worse)} counters' stack/stock ratio grew by more than "
+                                           f"{WORK_SLACK:.0%}", worse + moved)
     if moved:
-        return Check("work", "changed", False, "work counts changed (the lossless stack does no more work)",
-                     moved + details)
+        return Check("work", "changed", False, "work counts moved, the stack's share of stock's did not grow",
+                     moved)
     return Check("work", "pass", False, "identical work counts, stock and lossless stack", details)
 
 
@@ -175,8 +206,16 @@ def rule_quality(result: dict | None, reason: str = "") -> Check:
 
 
 def verdict(checks: list) -> dict:
+    """ship only when nothing blocks and every BLOCKING check ran whole; a check left out, skipped or run on a
+    subset makes the verdict INCOMPLETE (no answer), unless something already blocks."""
     blocking = [c.name for c in checks if c.blocks]
-    return {"ship": not blocking, "blocked_by": blocking, "checks": [asdict(c) for c in checks]}
+    ran = {c.name: c for c in checks}
+    missing = [n for n in BLOCKING if n not in ran or ran[n].status == "skipped" or "subset" in ran[n].summary]
+    if "install" in ran and ran["install"].status == "fail":
+        missing = []  # the candidate does not import: that is the answer
+    state = "must-not-ship" if blocking else "incomplete" if missing else "may-ship"
+    return {"ship": state == "may-ship", "state": state, "blocked_by": blocking, "not_run": missing,
+            "checks": [asdict(c) for c in checks]}
 
 
 # --- measurements ------------------------------------------------------------------------------------------
@@ -201,7 +240,34 @@ def function_diff(name: str, candidate_source: str, against_source: str, labels=
                                         f"{labels[0]}/{name}", f"{labels[1]}/{name}"))
 
 
-def check_fingerprints(env, against, versions, out: Path) -> Check:
+def package_changes(candidate: dict, against: dict, traces: list) -> list:
+    """Every function of the package that differs: [(key, change, marks)], key 'path.py:qualname', change one of
+    changed/added/removed; marks from the behaviour traces: 'on the generation path' (the grid ran it),
+    'relied on by patches' (it ran under a function a patch relies on)."""
+    called = set().union(*(set(t.get("called", ())) for t in traces)) if traces else None
+    under = set().union(*(set(t.get("under_patched", ())) for t in traces)) if traces else None
+    relied = set(relied_on())
+    out = []
+    for key in sorted(set(candidate) | set(against)):
+        a, c = against.get(key), candidate.get(key)
+        if a == c:
+            continue
+        change = "added" if a is None else "removed" if c is None else "changed"
+        marks = []
+        if key.endswith((".<body>", ":<module>")):
+            marks.append("class or module statements: fields, defaults, constants (not traced)")
+        elif called is None:
+            marks.append("call path not traced (behaviour check not run)")
+        else:
+            traced = key in called or any(k.startswith(key + ".<locals>.") for k in called)
+            marks.append("ON the generation path" if traced else "not run by the grid")
+            if key in under or key.split(":", 1)[1] in relied:
+                marks.append("relied on by patches" + ("" if key.split(":", 1)[1] in relied else " (transitively)"))
+        out.append((key, change, marks))
+    return out
+
+
+def check_fingerprints(env, against, versions, out: Path, traces: list | None = None) -> Check:
     cand_src, base_src = env.upstream_file.read_text(), against.upstream_file.read_text()
     rows = fingerprint_rows(cand_src, base_src)
     check = rule_fingerprints(rows, versions[0], versions[1], str(env.upstream_file))
@@ -213,7 +279,40 @@ def check_fingerprints(env, against, versions, out: Path) -> Check:
             path.write_text(function_diff(r["name"], cand_src, base_src,
                                           (f"omnivoice-{versions[1]}", f"omnivoice-{versions[0]}")))
             check.details.append(f"diff: {path}")
+    package = package_changes(fingerprints.package_fingerprints(env.site / "omnivoice"),
+                              fingerprints.package_fingerprints(against.site / "omnivoice"), traces or [])
+    on_path = [k for k, _, marks in package if "ON the generation path" in marks]
+    check.summary += (f"; whole package: {len(package)} changed function(s), {len(on_path)} on the generation path"
+                      + (f" ({', '.join(on_path[:5])})" if on_path else ""))
+    for key, change, marks in package:
+        check.details.append(f"{key}: {change} [{'; '.join(marks)}]")
+        if change == "changed":
+            rel, name = key.split(":", 1)
+            diff = function_diff(name, (env.site / "omnivoice" / rel).read_text(),
+                                 (against.site / "omnivoice" / rel).read_text(),
+                                 (f"omnivoice-{versions[1]}/{rel}", f"omnivoice-{versions[0]}/{rel}"))
+            if diff:
+                (folder / f"{rel.replace('/', '.')}.{name}.diff").write_text(diff)
     return check
+
+
+def run_behaviour(env, out: Path, tag: str) -> dict:
+    import torch
+
+    path = out / f"behaviour-{tag}.pt"
+    path.unlink(missing_ok=True)  # never read a stale file from an earlier run
+    done = env.run(["-m", "harness.behaviour", path], timeout=1800, log=out / f"behaviour-{tag}.log")
+    if done.returncode != 0 or not path.is_file():
+        raise GateStepError(f"recording behaviour failed in the {tag} environment; see {out / f'behaviour-{tag}.log'}")
+    return torch.load(path, weights_only=False)
+
+
+def check_behaviour(records: dict, versions, accepted: dict) -> Check:
+    from harness import behaviour
+
+    theirs, mine = records["against"], records["candidate"]
+    differences = behaviour.compare(theirs, mine)
+    return rule_behaviour(differences, accepted, len(set(theirs["settings"]) | set(mine["settings"])), versions)
 
 
 def run_goldens(env, out: Path) -> dict:
@@ -351,7 +450,7 @@ class GateStepError(RuntimeError):
 
 def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, rtf_rounds: int = 0,
              checkpoint: str | None = None, fresh: bool = False, command: str = "", log=print,
-             parity_select: str | None = None) -> dict:
+             parity_select: str | None = None, accepted: dict | None = None) -> dict:
     start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     env = cand.prepare(cand.parse_spec(candidate_text), fresh=fresh)
@@ -369,8 +468,18 @@ def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, r
     else:
         results.append(Check("install", "pass", False, f"omnivoice {versions[0]} imports from {env.site}",
                              list(env.notes)))
+        records = {}
+
+        def behaviour_records():  # recorded once, used by the behaviour check and to mark fingerprint changes
+            if not records:
+                records.update(against=run_behaviour(against, out, "against"), candidate=run_behaviour(env, out, "candidate"))
+            return records
+
         steps = {
-            "fingerprints": lambda: check_fingerprints(env, against, versions, out),
+            "fingerprints": lambda: check_fingerprints(
+                env, against, versions, out,
+                list(behaviour_records().values()) if "behaviour" in checks else None),
+            "behaviour": lambda: check_behaviour(behaviour_records(), versions, accepted or {}),
             "goldens": lambda: check_goldens(env, versions, out),
             "parity": lambda: check_parity(env, out, parity_select),
             "work": lambda: check_work(env, against, versions, out),
@@ -394,11 +503,21 @@ def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, r
         "against": {"spec": against_text, "version": versions[1], "python": str(against.python)},
         "environment": {**gold.environment(), "omnivoice": None, "machine": machine.summary()},
         "command": command,
+        "accepted": accepted or {},
         "seconds": round(time.perf_counter() - start, 1),
     })
     (out / "verdict.json").write_text(json.dumps(report, indent=1))
     (out / "verdict.md").write_text(render_verdict(report))
     return report
+
+
+def headline(report: dict) -> str:
+    if report["state"] == "must-not-ship":
+        return f"MUST NOT SHIP (blocked by: {', '.join(report['blocked_by'])})"
+    if report["state"] == "incomplete":
+        return (f"INCOMPLETE: no verdict, blocking checks not run whole: {', '.join(report['not_run'])} "
+                f"(run them all: drop --checks / --parity-k)")
+    return "MAY SHIP"
 
 
 def render_table(report: dict) -> str:
@@ -410,16 +529,15 @@ def render_table(report: dict) -> str:
         if c["details"]:
             lines.append(f"\n{c['name']}:")
             lines += [f"  {d}" for d in c["details"]]
-    ship = "MAY SHIP" if report["ship"] else f"MUST NOT SHIP (blocked by: {', '.join(report['blocked_by'])})"
-    lines.append(f"\nverdict: omnivoice {report['candidate']['version']} against {report['against']['version']}: {ship}")
+    lines.append(f"\nverdict: omnivoice {report['candidate']['version']} against {report['against']['version']}: "
+                 f"{headline(report)}")
     return "\n".join(lines)
 
 
 def render_verdict(report: dict) -> str:
     env = report["environment"]
     out = [f"# Upstream gate: omnivoice {report['candidate']['version']} against {report['against']['version']}", "",
-           f"**{'May ship' if report['ship'] else 'Must not ship'}**"
-           + (f" (blocked by: {', '.join(report['blocked_by'])})" if report["blocked_by"] else ""), "",
+           f"**{headline(report)}**", "",
            f"Machine: {env['machine']}; torch {env['torch']}, transformers {env['transformers']}; CPU fp32; "
            f"{report['seconds']:.0f} s; command: `{report['command']}`", "",
            "| check | status | blocks | summary |", "|---|---|---|---|"]
@@ -455,19 +573,29 @@ def main(argv=None) -> int:
     parser.add_argument("--parity-k", default=None, metavar="EXPR",
                         help="run only the parity tests pytest -k EXPR selects (the verdict says so); "
                              "default: the whole tier")
+    parser.add_argument("--accept", action="append", default=[], metavar="SETTING=REASON",
+                        help="accept a reviewed behaviour change at one grid setting ('*' for all), with the reason "
+                             "the verdict records; repeatable")
     args = parser.parse_args(argv)
+    accepted = {}
+    for item in args.accept:
+        name, sep, reason = item.partition("=")
+        if not sep or not reason.strip():
+            parser.error(f"--accept {item!r}: give SETTING=REASON (the reason is recorded)")
+        accepted[name.strip()] = reason.strip()
     try:
         spec = cand.parse_spec(args.candidate)
         out = args.out or REPO_ROOT / "out" / "gate" / spec.name
         command = "python -m harness.gate " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
         report = run_gate(args.candidate, args.against, out, args.checks, args.rtf_rounds, args.checkpoint,
-                          args.fresh, command, log=lambda msg: print(msg, flush=True), parity_select=args.parity_k)
+                          args.fresh, command, log=lambda msg: print(msg, flush=True), parity_select=args.parity_k,
+                          accepted=accepted)
     except cand.CandidateError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(render_table(report))
     print(f"\nwritten: {out / 'verdict.md'}, {out / 'verdict.json'} ({report['seconds']:.0f} s)")
-    return 0 if report["ship"] else 1
+    return {"may-ship": 0, "must-not-ship": 1, "incomplete": 3}[report["state"]]
 
 
 if __name__ == "__main__":

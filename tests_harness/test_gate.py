@@ -95,22 +95,80 @@ def work(flops=100, positions=10):
 def test_work_rules():
     base = {"p": {"stock": work(200, 20), "fastpath": work(100, 10)}}
     assert gate.rule_work(base, base, "new", "old").status == "pass"
-    more = {"p": {"stock": work(200, 20), "fastpath": work(101, 10)}}
-    check = gate.rule_work(more, base, "new", "old")
-    assert (check.status, check.blocks) == ("fail", True) and "p fastpath flops: 100 -> 101" in check.details[0]
-    stock_moved = {"p": {"stock": work(300, 30), "fastpath": work(100, 10)}}
-    assert (gate.rule_work(stock_moved, base, "new", "old").status, gate.rule_work(stock_moved, base, "n", "o").blocks) \
-        == ("changed", False)
+    lost = {"p": {"stock": work(200, 20), "fastpath": work(150, 10)}}  # stack 0.50 -> 0.75 of stock's FLOPs
+    check = gate.rule_work(lost, base, "new", "old")
+    assert (check.status, check.blocks) == ("fail", True), check
+    assert "p flops: stack/stock 0.5000 on old -> 0.7500 on new" in check.details[0], check.details
+    longer = {"p": {"stock": work(210, 21), "fastpath": work(105, 10)}}  # 5% longer speech: both grow, ratio kept
+    check = gate.rule_work(longer, base, "new", "old")
+    assert (check.status, check.blocks) == ("changed", False), check
     assert gate.rule_work({}, base, "new", "old").blocks, "unmeasured points must block"
 
 
-def test_verdict_ships_only_without_blocking_checks():
-    ok = [gate.Check("a", "pass", False, ""), gate.Check("b", "changed", False, "")]
-    assert gate.verdict(ok)["ship"]
-    bad = gate.verdict(ok + [gate.Check("parity", "fail", True, "x")])
-    assert not bad["ship"] and bad["blocked_by"] == ["parity"]
+def test_verdict_ships_only_when_every_blocking_check_ran_whole():
+    ok = [gate.Check(n, "pass", False, "") for n in gate.BLOCKING] + [gate.Check("goldens", "changed", False, "")]
+    assert gate.verdict(ok)["state"] == "may-ship" and gate.verdict(ok)["ship"]
+    bad = gate.verdict(ok + [gate.Check("x", "fail", True, "x")])
+    assert bad["state"] == "must-not-ship" and not bad["ship"] and bad["blocked_by"] == ["x"]
+    partial = gate.verdict([c for c in ok if c.name != "parity"])
+    assert partial["state"] == "incomplete" and partial["not_run"] == ["parity"] and not partial["ship"]
+    subset = [c if c.name != "parity" else gate.Check("parity", "pass", False, "bit-exact (subset: -k one_word)")
+              for c in ok]
+    assert gate.verdict(subset)["state"] == "incomplete"
+    skipped = [c if c.name != "work" else gate.Check("work", "skipped", False, "skipped") for c in ok]
+    assert gate.verdict(skipped)["not_run"] == ["work"]
+    assert "INCOMPLETE" in gate.headline({**gate.verdict(skipped), "blocked_by": []})
     with pytest.raises(ValueError, match="status"):
         gate.Check("a", "ok", False, "")
+
+
+def test_behaviour_rule_blocks_unless_each_setting_is_accepted_by_name():
+    diffs = {"auto_voice": ["scoring call 0 scores: first at (0, 1, 2): 1.0 vs 1.0000001"], "one_word": ["x"]}
+    assert gate.rule_behaviour({}, {}, 25, ("new", "old")).status == "pass"
+    check = gate.rule_behaviour(diffs, {"auto_voice": "reviewed: new CFG rounding"}, 25, ("new", "old"))
+    assert check.blocks and "one_word" in check.summary and "auto_voice" not in check.summary, check
+    assert any("ACCEPTED (reviewed: new CFG rounding)" in d for d in check.details)
+    both = gate.rule_behaviour(diffs, {"*": "reviewed"}, 25, ("new", "old"))
+    assert (both.status, both.blocks) == ("changed-as-expected", False)
+
+
+def test_behaviour_compare_names_the_setting_the_call_and_the_element():
+    import torch
+
+    from harness import behaviour
+
+    def rec(scores):
+        call = {"c_logits": torch.zeros(1, 2, 3, 4), "u_logits": torch.ones(1, 2, 3, 4),
+                "pred_tokens": torch.zeros(1, 2, 3, dtype=torch.long), "scores": scores, "order": torch.arange(6)}
+        return {"settings": {"s": {"calls": [dict(call, where="pass 0 step 0 item 0"),
+                                             dict(call, where="pass 0 step 1 item 0")], "tokens": [torch.zeros(2, 3)], "target_lens": [3],
+                                   "waveforms": [torch.zeros(10)]}}}
+
+    base = torch.zeros(1, 2, 3)
+    moved = base.clone()
+    moved[0, 1, 2] = torch.nextafter(torch.tensor(0.0), torch.tensor(1.0))  # one ulp
+    assert behaviour.compare(rec(base), rec(base)) == {}
+    found = behaviour.compare(rec(base), rec(moved))
+    assert list(found) == ["s"], found
+    assert found["s"][0].startswith("scoring call 0 (pass 0 step 0 item 0) scores: first at (0, 1, 2)"), found
+
+
+def test_package_fingerprints_cover_functions_class_fields_and_constants():
+    before = "X = 1\nclass Config:\n    num_step: int = 32\n    def f(self):\n        return 1\n"
+    after = "X = 2\nclass Config:\n    num_step: int = 16\n    def f(self):\n        # reformatted\n        return (1)\n"
+    a, b = fingerprints.definitions(before), fingerprints.definitions(after)
+    assert set(a) == {"<module>", "Config.<body>", "Config.f"}
+    assert [k for k in a if a[k] != b[k]] == ["Config.<body>", "<module>"]
+
+
+def test_package_changes_are_marked_by_the_traces():
+    against = {"a.py:f": "1", "a.py:g": "2", "b.py:h": "3", "b.py:C.<body>": "5"}
+    candidate = {"a.py:f": "1", "a.py:g": "9", "b.py:h": "8", "b.py:new": "4", "b.py:C.<body>": "6"}
+    traces = [{"called": ["a.py:g", "a.py:g.<locals>.<listcomp>"], "under_patched": ["a.py:g"]}]
+    rows = {k: (c, m) for k, c, m in gate.package_changes(candidate, against, traces)}
+    assert rows["a.py:g"] == ("changed", ["ON the generation path", "relied on by patches (transitively)"])
+    assert rows["b.py:h"] == ("changed", ["not run by the grid"]) and rows["b.py:new"][0] == "added"
+    assert "a.py:f" not in rows and "defaults" in rows["b.py:C.<body>"][1][0]
 
 
 def test_parse_junit_counts_outcomes(tmp_path):
@@ -213,3 +271,44 @@ def test_gate_command_refuses_the_schedule_change(floor_source, tmp_path):
     assert checks["goldens"]["status"] == "changed", checks["goldens"]
     assert checks["parity"]["status"] == "fail", "fastpath's own schedule copy must disagree with the mutated stock"
     assert "MUST NOT SHIP" in done.stdout and (out / "verdict.md").is_file()
+
+
+# --- one-line candidates: each refused with the change named; 0.2.1 itself may ship --------------------------------
+
+
+def one_line():
+    spec = importlib.util.spec_from_file_location("one_line_candidates",
+                                                  REPO_ROOT / "fixtures" / "upstream" / "one_line_candidates.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(one_line().CANDIDATES))
+def test_gate_refuses_a_one_line_candidate_naming_the_change(name, tmp_path):
+    """Both versions' behaviour recorded in their own environments in this job: the change moves at least one
+    grid setting (blocks), and the whole-package fingerprints name the changed function on the generation path.
+    About 2 minutes each on 2 cores."""
+    fixture = one_line()
+    source = fixture.build(name, tmp_path / f"omnivoice-{name}")
+    report = gate.run_gate(str(source), "current", tmp_path / "out", checks=("fingerprints", "behaviour"),
+                           log=lambda msg: None)
+    checks = {c["name"]: c for c in report["checks"]}
+    assert report["state"] == "must-not-ship" and "behaviour" in report["blocked_by"], gate.render_table(report)
+    function = fixture.CANDIDATES[name][3]
+    named = [d for d in checks["fingerprints"]["details"] if f":{function}: changed" in d]
+    assert named and "ON the generation path" in named[0], checks["fingerprints"]["details"]
+    assert (tmp_path / "out" / "behaviour-candidate.pt").is_file()
+
+
+@pytest.mark.slow
+def test_gate_lets_the_unmodified_version_ship(tmp_path):
+    """0.2.1 copied unchanged, every blocking check whole (the parity tier in its environment included): MAY SHIP.
+    About 10 minutes on 2 cores."""
+    from importlib import metadata
+
+    source = cand.edited_copy(tmp_path / "omnivoice-same", {}, f"{metadata.version('omnivoice')}+same")
+    report = gate.run_gate(str(source), "current", tmp_path / "out", checks=("fingerprints", "behaviour", "parity",
+                                                                             "work"), log=lambda msg: None)
+    assert report["state"] == "may-ship", gate.render_table(report)

@@ -1,0 +1,214 @@
+"""What stock OmniVoice computes, over a grid of settings that reaches every path, compared exactly between two
+omnivoice versions run on the same machine in the same job (the version-bump gate's `behaviour` check).
+
+Grid: every parity point (auto voice, design, clone from audio and from a prompt object, a mixed batch, chunked
+long text, one word, a non-verbal tag, Chinese, digits) at 8 steps, and variations of the sampler and the
+pipeline: class_temperature > 0 (the top-k path), position_temperature 0 and higher, guidance scales, t_shift,
+layer penalty, denoise off, a reference text without final punctuation, a fixed duration, a speed, 16 steps,
+other seeds. Recorded per setting: every scoring call's
+conditional and unconditional logits, predicted tokens, scores and unmasking order (positions by score, stable),
+the final tokens, the target lengths and the waveforms. Compared bit for bit; the report names the setting, the
+scoring call and the first differing element.
+
+    python -m harness.behaviour OUT.pt       # record the installed omnivoice's behaviour on the tiny checkpoint
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+
+NUM_STEP = 8
+SEED = 0
+PARTS = ("c_logits", "u_logits", "pred_tokens", "scores", "order")
+
+# name -> (parity point, generate overrides, seed)
+GRID = {
+    **{point: (point, {}, SEED) for point in (
+        "auto_voice", "voice_design", "voice_clone_audio", "voice_clone_prompt", "batch_of_3", "long_chunked",
+        "one_word", "nonverbal_tag", "chinese", "digits")},
+    "auto_voice/class_temperature=1.0": ("auto_voice", {"class_temperature": 1.0}, SEED),
+    "batch_of_3/class_temperature=0.7": ("batch_of_3", {"class_temperature": 0.7}, SEED),
+    "auto_voice/position_temperature=0": ("auto_voice", {"position_temperature": 0.0}, SEED),
+    "auto_voice/position_temperature=10": ("auto_voice", {"position_temperature": 10.0}, SEED),
+    "auto_voice/guidance_scale=0": ("auto_voice", {"guidance_scale": 0.0}, SEED),
+    "auto_voice/guidance_scale=3.5": ("auto_voice", {"guidance_scale": 3.5}, SEED),
+    "auto_voice/t_shift=0.5": ("auto_voice", {"t_shift": 0.5}, SEED),
+    "auto_voice/layer_penalty_factor=0": ("auto_voice", {"layer_penalty_factor": 0.0}, SEED),
+    "voice_clone_audio/denoise=False": ("voice_clone_audio", {"denoise": False}, SEED),
+    # a reference text without final punctuation: upstream adds it (add_punctuation) before encoding the prompt
+    "voice_clone_audio/ref_text_unpunctuated": ("voice_clone_audio", {"ref_text": lambda kw: kw["ref_text"][:-1]},
+                                                SEED),
+    "auto_voice/duration=2.5": ("auto_voice", {"duration": 2.5}, SEED),
+    "auto_voice/speed=1.3": ("auto_voice", {"speed": 1.3}, SEED),
+    "voice_design/num_step=16": ("voice_design", {"num_step": 16}, SEED),
+    "auto_voice/seed=1": ("auto_voice", {}, 1),
+    "voice_clone_audio/seed=2": ("voice_clone_audio", {}, 2),
+}
+
+
+def record_run(model, seed: int, **kwargs) -> dict:
+    """Reseed, generate, and record every scoring call (where: generation pass, step, item) with its logits,
+    predicted tokens, scores and unmasking order; the final tokens, target lengths and waveforms."""
+    import numpy as np
+    import torch
+
+    from fastpath.instance import overridden
+
+    calls, tokens, state = [], [], {"pass": -1, "n": 0, "items": 1}
+
+    def iterate_wrapper(iterate):
+        def run(task, gen_config):
+            state.update({"pass": state["pass"] + 1, "n": 0, "items": getattr(task, "batch_size", 1)})
+            out = iterate(task, gen_config)
+            tokens.extend(t.detach().clone() for t in out)
+            return out
+
+        return run
+
+    def predict_wrapper(predict):
+        def run(c_logits, u_logits, gen_config):
+            pred, scores = predict(c_logits, u_logits, gen_config)
+            step, item = divmod(state["n"], state["items"])  # upstream scores item by item within a step
+            state["n"] += 1
+            calls.append({"where": f"pass {state['pass']} step {step} item {item}",
+                          "c_logits": c_logits.detach().clone(), "u_logits": u_logits.detach().clone(),
+                          "pred_tokens": pred.detach().clone(), "scores": scores.detach().clone(),
+                          "order": torch.argsort(scores.flatten().float(), descending=True, stable=True)})
+            return pred, scores
+
+        return run
+
+    with overridden(model, "_predict_tokens_with_scoring", predict_wrapper), \
+            overridden(model, "_generate_iterative", iterate_wrapper):
+        torch.manual_seed(seed)
+        waves = model.generate(**kwargs)
+    return {"calls": calls, "tokens": tokens, "target_lens": [int(t.shape[-1]) for t in tokens],
+            "waveforms": [torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32)) for w in waves]}
+
+
+def record_setting(model, name: str) -> dict:
+    """One setting's record (record_run), or {'error': text} when this omnivoice refuses the setting (then the
+    other version must refuse it too)."""
+    from harness.goldens import point_kwargs
+
+    point, overrides, seed = GRID[name]
+    try:
+        kwargs = {**point_kwargs(model, point), "postprocess_output": False}
+        kwargs.update({k: v(kwargs) if callable(v) else v for k, v in overrides.items()})
+        return record_run(model, seed, **kwargs)
+    except Exception as err:  # noqa: BLE001 - a refused setting is a behaviour too
+        return {"error": f"{type(err).__name__}: {err}"}
+
+
+def record(path: str | Path, names=None) -> None:
+    """Record the grid with the installed omnivoice on the tiny test checkpoint into `path` (torch.save)."""
+    import importlib.metadata as md
+
+    import torch
+
+    from harness.checkpoint import build_checkpoint, load_model
+
+    model = load_model(build_checkpoint("tiny"))
+    with tracing() as calls:
+        settings = {n: record_setting(model, n) for n in names or GRID}
+    out = {"omnivoice": md.version("omnivoice"), "settings": settings, **calls}
+    torch.save(out, path)
+
+
+@contextlib.contextmanager
+def tracing():
+    """Which omnivoice functions the grid runs ('path/in/package.py:qualname'): 'called', all of them, and
+    'under_patched', those running while a function a patch relies on is on the stack (what the patches rely on
+    transitively). sys.setprofile, removed on exit."""
+    import omnivoice
+
+    from fastpath.registry import relied_on
+
+    root = str(Path(omnivoice.__file__).parent) + "/"
+    relied = set(relied_on())
+    called, under = set(), set()
+
+    def name_of(code):
+        return f"{code.co_filename[len(root):]}:{code.co_qualname}"
+
+    def profile(frame, event, arg):
+        if event != "call" or not frame.f_code.co_filename.startswith(root):
+            return
+        name = name_of(frame.f_code)
+        called.add(name)
+        back = frame.f_back
+        while back is not None:
+            if back.f_code.co_filename.startswith(root) and back.f_code.co_qualname in relied:
+                under.add(name)
+                break
+            back = back.f_back
+
+    out = {}
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        yield out
+    finally:
+        sys.setprofile(previous)
+        out.update(called=sorted(called), under_patched=sorted(under))
+
+
+def first_difference(a, b) -> str | None:
+    """None when equal bit for bit; else shapes, or the first differing element, how many and how far."""
+    import torch
+
+    a, b = torch.as_tensor(a), torch.as_tensor(b)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return f"shape/dtype {tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}"
+    if torch.equal(a, b):
+        return None
+    differ = a != b
+    index = tuple(int(i) for i in torch.nonzero(differ)[0])
+    text = f"first at {index}: {a[index].item()} vs {b[index].item()}; {int(differ.sum())} of {a.numel()} differ"
+    if a.is_floating_point():
+        text += f", max |diff| {(a.double() - b.double()).abs().max().item():.3g}"
+    return text
+
+
+def compare(against: dict, candidate: dict) -> dict:
+    """{setting: [differences in order]} for every setting that differs (empty dict: identical behaviour)."""
+    out = {}
+    for name in sorted(set(against["settings"]) | set(candidate["settings"])):
+        a, c = against["settings"].get(name), candidate["settings"].get(name)
+        diffs = []
+        if a is None or c is None:
+            diffs.append("recorded by one version only")
+        elif "error" in a or "error" in c:
+            if a.get("error") != c.get("error"):
+                diffs.append(f"refused: {a.get('error', 'ran')} vs {c.get('error', 'ran')}")
+        else:
+            if len(a["calls"]) != len(c["calls"]):
+                diffs.append(f"scoring calls: {len(a['calls'])} vs {len(c['calls'])}")
+            for n, (x, y) in enumerate(zip(a["calls"], c["calls"])):
+                for part in PARTS:
+                    d = first_difference(x[part], y[part])
+                    if d:
+                        where = f" ({x['where']})" if x.get("where") else ""
+                        diffs.append(f"scoring call {n}{where} {part}: {d}")
+                if diffs:
+                    break  # later calls follow from the first difference
+            if a["target_lens"] != c["target_lens"]:
+                diffs.append(f"target lengths: {a['target_lens']} vs {c['target_lens']}")
+            for kind in ("tokens", "waveforms"):
+                if len(a[kind]) != len(c[kind]):
+                    diffs.append(f"{kind}: {len(a[kind])} vs {len(c[kind])}")
+                for i, (x, y) in enumerate(zip(a[kind], c[kind])):
+                    d = first_difference(x, y)
+                    if d:
+                        diffs.append(f"{kind}[{i}]: {d}")
+        if diffs:
+            out[name] = diffs
+    return out
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        raise SystemExit(__doc__.split("\n\n")[-1])
+    record(sys.argv[1])
