@@ -7,8 +7,9 @@ pipeline: class_temperature > 0 (the top-k path), position_temperature 0 and hig
 layer penalty, denoise off, a reference text without final punctuation, a fixed duration, a speed, 16 steps,
 other seeds. Recorded per setting: every scoring call's
 conditional and unconditional logits, predicted tokens, scores and unmasking order (positions by score, stable),
-the final tokens, the target lengths and the waveforms. Compared bit for bit; the report names the setting, the
-scoring call and the first differing element.
+the final tokens, the target lengths and the waveforms (logits whole for the first KEEP_LOGITS calls of a setting,
+as a sha256 after). Compared bit for bit; the report names the setting, the scoring call (generation pass, step,
+item) and the first differing element.
 
     python -m harness.behaviour OUT.pt       # record the installed omnivoice's behaviour on the tiny checkpoint
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 
 NUM_STEP = 8
 SEED = 0
+KEEP_LOGITS = 1  # scoring calls of a setting whose logits are kept whole (where a change shows first); later: sha256
 PARTS = ("c_logits", "u_logits", "pred_tokens", "scores", "order")
 
 # name -> (parity point, generate overrides, seed)
@@ -72,10 +74,14 @@ def record_run(model, seed: int, **kwargs) -> dict:
             pred, scores = predict(c_logits, u_logits, gen_config)
             step, item = divmod(state["n"], state["items"])  # upstream scores item by item within a step
             state["n"] += 1
-            calls.append({"where": f"pass {state['pass']} step {step} item {item}",
-                          "c_logits": c_logits.detach().clone(), "u_logits": u_logits.detach().clone(),
-                          "pred_tokens": pred.detach().clone(), "scores": scores.detach().clone(),
-                          "order": torch.argsort(scores.flatten().float(), descending=True, stable=True)})
+            call = {"where": f"pass {state['pass']} step {step} item {item}",
+                    "pred_tokens": pred.detach().clone(), "scores": scores.detach().clone(),
+                    "order": torch.argsort(scores.flatten().float(), descending=True, stable=True)}
+            for key, logits in (("c_logits", c_logits), ("u_logits", u_logits)):
+                # whole logits for the first KEEP_LOGITS calls, a digest after: the grid's record is 130 MB, not
+                # 500 MB (a 400 MB torch.save failed once mid-write here); scores and tokens stay whole everywhere
+                call[key] = logits.detach().clone() if len(calls) < KEEP_LOGITS else digest(logits)
+            calls.append(call)
             return pred, scores
 
         return run
@@ -155,10 +161,21 @@ def tracing():
         out.update(called=sorted(called), under_patched=sorted(under))
 
 
+def digest(tensor) -> str:
+    """sha256 of a tensor's shape, dtype and bytes."""
+    import hashlib
+
+    t = tensor.detach().contiguous().cpu()
+    return hashlib.sha256(f"{tuple(t.shape)} {t.dtype}".encode() + t.numpy().tobytes()).hexdigest()
+
+
 def first_difference(a, b) -> str | None:
-    """None when equal bit for bit; else shapes, or the first differing element, how many and how far."""
+    """None when equal bit for bit; else shapes, or the first differing element, how many and how far (for a
+    digest, only that it differs)."""
     import torch
 
+    if isinstance(a, str) or isinstance(b, str):
+        return None if a == b else "sha256 differs (whole logits kept for the first KEEP_LOGITS calls only)"
     a, b = torch.as_tensor(a), torch.as_tensor(b)
     if a.shape != b.shape or a.dtype != b.dtype:
         return f"shape/dtype {tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}"

@@ -115,6 +115,7 @@ class Bounds:
     crit_high: float
     p_worse: float  # H0: Δ <= 0
     n_blocks: int
+    t_star: np.ndarray = dataclasses.field(default=None, repr=False, compare=False)  # [B] bootstrap-t values
 
     def p_noninferior(self, margin: float) -> float:
         """p-value of H0: Δ >= margin (small: shown non-inferior)."""
@@ -122,11 +123,9 @@ class Bounds:
             return 0.0 if self.delta < margin else 1.0
         return self._p_below((self.delta - margin) / self.se)
 
-    _t_star: np.ndarray = dataclasses.field(default=None, repr=False, compare=False)
-
     def _p_below(self, t_obs: float) -> float:
         df = self.n_blocks - 1
-        return float(max(np.mean(self._t_star <= t_obs), stats.t.cdf(t_obs, df)))
+        return float(max(np.mean(self.t_star <= t_obs), stats.t.cdf(t_obs, df)))
 
 
 def studentized_bounds(errors_ref, errors_cand, words, groups: Sequence[str] | None = None, alpha: float = ALPHA,
