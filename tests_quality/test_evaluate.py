@@ -130,10 +130,26 @@ def test_listening_pack_lists_worst_sentences_first(tmp_path):
     assert sf.info(index.parent / wavs[0]).samplerate == FakeModel.sampling_rate
 
 
+class TextJudge(FakeJudge):
+    """Hears a clip's sentence, or nothing for the clips in `deaf` (by audio digest)."""
+
+    def __init__(self, texts, deaf=()):
+        super().__init__("text-judge")
+        self.texts, self.deaf = texts, set(deaf)
+
+    def transcribe(self, wav, sr):
+        key = evaluate.Clip("x", "", wav, sr, "x").sha256
+        return "" if key in self.deaf else self.texts[wav.size]
+
+
 def test_compare_sets_writes_a_pack_only_when_the_gate_fails(tmp_path):
     clips = evaluate.generate_set(FakeModel(), SENTENCES, {}, checkpoint_id="ck")
     same = evaluate.compare_sets(FakeJudge(), clips, clips, pack_dir=tmp_path / "pack")
     assert same.verdict.passed and same.pack is None, same.verdict.format()
+    louder = [evaluate.Clip(c.id, c.text, c.wav * 2, c.sr, c.group) for c in clips]
+    judge = TextJudge({c.wav.size: c.text for c in clips}, deaf=[c.sha256 for c in louder])
+    worse = evaluate.compare_sets(judge, clips, louder, margin_points=1.0, pack_dir=tmp_path / "pack")
+    assert not worse.verdict.passed and worse.pack is not None and worse.pack.is_file(), worse.verdict.format()
 
 
 class TestCheckAudio:

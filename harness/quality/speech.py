@@ -49,21 +49,6 @@ def render(text: str, voice: str = "en-us", rate: int = 175, pitch: int = 50) ->
     return wav, sr
 
 
-def add_noise(wav: np.ndarray, snr_db: float, seed: int) -> np.ndarray:
-    """wav [T] + white Gaussian noise at snr_db relative to the mean power of the whole clip (fixed RNG)."""
-    power = float(np.mean(wav.astype(np.float64) ** 2))
-    noise = np.random.default_rng(seed).standard_normal(wav.shape) * np.sqrt(power / 10 ** (snr_db / 10))
-    return (wav + noise).astype(np.float32)
-
-
-def drop_words(text: str, fraction: float, seed: int) -> str:
-    """Remove round(fraction * n_words) words, chosen by a fixed-seed RNG (at least one, never all)."""
-    words = text.split()
-    n_drop = min(len(words) - 1, max(1, round(fraction * len(words))))
-    drop = set(np.random.default_rng(seed).choice(len(words), size=n_drop, replace=False).tolist())
-    return " ".join(w for i, w in enumerate(words) if i not in drop)
-
-
 VARIANTS = ("m1", "m2", "m3", "m7")  # espeak-ng's plain male variants: tiny.en hears each at 14-21% WER (dev set)
 RATES = (160, 190)  # words per minute, inclusive; espeak's default is 175
 PITCHES = (40, 60)  # 0-99, default 50
