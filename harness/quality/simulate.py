@@ -57,7 +57,8 @@ class Model:
 def pass_rate(model: Model, margin_points: float, delta_points: float, pattern: str, fraction: float,
               datasets: int, seed: int) -> float:
     rng = np.random.default_rng(seed)
-    delta = margin_fraction(margin_points) * delta_points / margin_points if delta_points else 0.0
+    margin_fraction(margin_points)  # refuses a margin that is not in WER points
+    delta = delta_points / 100.0
     passes = 0
     for _ in range(datasets):
         ref, cand = model.draw(rng, delta, pattern, fraction)
