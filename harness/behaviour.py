@@ -50,60 +50,41 @@ GRID = {
 }
 
 
-def record_run(model, seed: int, **kwargs) -> dict:
-    """Reseed, generate, and record every scoring call (where: generation pass, step, item) with its logits,
-    predicted tokens, scores and unmasking order; the final tokens, target lengths and waveforms."""
+def from_run(run) -> dict:
+    """A setting's record from `parity.record_generation`'s run: every scoring call named by generation pass, step and
+    item (upstream scores item by item within a step) with its predicted tokens, scores and unmasking order, and its
+    logits whole for the first KEEP_LOGITS calls, as a sha256 after (the grid's record is 130 MB, not 500 MB: a
+    400 MB torch.save failed once mid-write here); then the final tokens, target lengths and waveforms."""
     import numpy as np
     import torch
 
-    from fastpath.instance import overridden
-
-    calls, tokens, state = [], [], {"pass": -1, "n": 0, "items": 1}
-
-    def iterate_wrapper(iterate):
-        def run(task, gen_config):
-            state.update({"pass": state["pass"] + 1, "n": 0, "items": getattr(task, "batch_size", 1)})
-            out = iterate(task, gen_config)
-            tokens.extend(t.detach().clone() for t in out)
-            return out
-
-        return run
-
-    def predict_wrapper(predict):
-        def run(c_logits, u_logits, gen_config):
-            pred, scores = predict(c_logits, u_logits, gen_config)
-            step, item = divmod(state["n"], state["items"])  # upstream scores item by item within a step
-            state["n"] += 1
-            call = {"where": f"pass {state['pass']} step {step} item {item}",
-                    "pred_tokens": pred.detach().clone(), "scores": scores.detach().clone(),
-                    "order": torch.argsort(scores.flatten().float(), descending=True, stable=True)}
-            for key, logits in (("c_logits", c_logits), ("u_logits", u_logits)):
-                # whole logits for the first KEEP_LOGITS calls, a digest after: the grid's record is 130 MB, not
-                # 500 MB (a 400 MB torch.save failed once mid-write here); scores and tokens stay whole everywhere
-                call[key] = logits.detach().clone() if len(calls) < KEEP_LOGITS else digest(logits)
-            calls.append(call)
-            return pred, scores
-
-        return run
-
-    with overridden(model, "_predict_tokens_with_scoring", predict_wrapper), \
-            overridden(model, "_generate_iterative", iterate_wrapper):
-        torch.manual_seed(seed)
-        waves = model.generate(**kwargs)
-    return {"calls": calls, "tokens": tokens, "target_lens": [int(t.shape[-1]) for t in tokens],
-            "waveforms": [torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32)) for w in waves]}
+    steps = dict(run.steps)
+    calls = []
+    for n in range(len(run.steps) // 4):
+        p, (items, first) = next((i, pass_) for i, pass_ in reversed(list(enumerate(run.passes))) if pass_[1] <= n)
+        step, item = divmod(n - first, items)
+        scores = steps[f"call {n} scores"]
+        call = {"where": f"pass {p} step {step} item {item}", "pred_tokens": steps[f"call {n} pred_tokens"],
+                "scores": scores, "order": torch.argsort(scores.flatten().float(), descending=True, stable=True)}
+        for key in ("c_logits", "u_logits"):
+            logits = steps[f"call {n} {key}"]
+            call[key] = logits if n < KEEP_LOGITS else digest(logits)
+        calls.append(call)
+    return {"calls": calls, "tokens": run.tokens, "target_lens": [int(t.shape[-1]) for t in run.tokens],
+            "waveforms": [torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32)) for w in run.waveforms]}
 
 
 def record_setting(model, name: str) -> dict:
-    """One setting's record (record_run), or {'error': text} when this omnivoice refuses the setting (then the
+    """One setting's record (from_run), or {'error': text} when this omnivoice refuses the setting (then the
     other version must refuse it too)."""
     from harness.goldens import point_kwargs
+    from harness.parity import record_generation
 
     point, overrides, seed = GRID[name]
     try:
         kwargs = {**point_kwargs(model, point), "postprocess_output": False}
         kwargs.update({k: v(kwargs) if callable(v) else v for k, v in overrides.items()})
-        return record_run(model, seed, **kwargs)
+        return from_run(record_generation(model, seed=seed, **kwargs))
     except Exception as err:  # noqa: BLE001 - a refused setting is a behaviour too
         return {"error": f"{type(err).__name__}: {err}"}
 

@@ -46,6 +46,7 @@ class Run:
     steps: list = field(default_factory=list)  # [(name, tensor)] in call order: c_logits, u_logits, pred, scores
     tokens: list = field(default_factory=list)  # per generated item or chunk: [C, T]
     waveforms: list = field(default_factory=list)  # per item: np.ndarray [samples]
+    passes: list = field(default_factory=list)  # per _generate_iterative call: (items, index of its first call)
 
 
 def record_generation(model, seed: int, **generate_kwargs) -> Run:
@@ -68,6 +69,7 @@ def record_generation(model, seed: int, **generate_kwargs) -> Run:
 
     def recording_iterate(iterate):
         def record(task, gen_config):
+            run.passes.append((getattr(task, "batch_size", 1), len(run.steps) // 4))
             out = iterate(task, gen_config)
             run.tokens += [t.detach().clone() for t in out]
             return out
