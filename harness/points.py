@@ -1,5 +1,6 @@
 """Every operating point of the suite, from one file (fixtures/points.json), as `generate` keyword arguments:
-the parity tier's and the goldens' (`PARITY`), the CUDA tolerance tier's (`GPU_PARITY`), the speed tier's (`point`)."""
+the parity tier's and the goldens' (`PARITY`), the CUDA tolerance tier's (`GPU_PARITY`), the speed tier's (`point`:
+RTF and streaming points)."""
 
 from __future__ import annotations
 
@@ -65,8 +66,9 @@ def load_spec() -> dict:
     return json.loads(POINTS_FILE.read_text())
 
 
-def load_points() -> list:
-    return [Point(**p) for p in load_spec()["speed"]]
+def load_points(section: str = "speed") -> list:
+    """The RTF points ("speed") or the streaming points ("stream")."""
+    return [Point(**p) for p in load_spec()[section]]
 
 
 def parity_points() -> dict:
@@ -85,10 +87,11 @@ GPU_PARITY = load_spec()["gpu_parity"]
 
 
 def point(name: str) -> Point:
-    for p in load_points():
+    every = load_points() + load_points("stream")
+    for p in every:
         if p.name == name:
             return p
-    raise KeyError(f"no speed point {name!r}; known: {[p.name for p in load_points()]}")
+    raise KeyError(f"no speed or stream point {name!r}; known: {[p.name for p in every]}")
 
 
 def headline(medians: dict) -> float:
