@@ -170,11 +170,20 @@ PATCHES.update(_register(
 # --- end of the GPU tier ----------------------------------------------------------------------------------------
 
 LOSSLESS = tuple(name for name, p in PATCHES.items() if p.lossless)
+# fastpath.stream runs the first two and reproduces the other two piece by piece, calling the functions of
+# omnivoice.utils.audio they call (fastpath/streaming.py)
+STREAM_RELIES_ON = (
+    "OmniVoice._preprocess_all",
+    "OmniVoice._generate_chunked",
+    "OmniVoice._decode_and_post_process",
+    "OmniVoice._post_process_audio",
+)
 
 
 def relied_on() -> list:
-    """Every upstream name some patch relies on, sorted: what fingerprints and the version gate look at."""
-    return sorted({n for p in PATCHES.values() for n in p.relies_on})
+    """Every upstream name a patch or `fastpath.stream` relies on, sorted: what fingerprints and the version gate
+    look at."""
+    return sorted({n for p in PATCHES.values() for n in p.relies_on} | set(STREAM_RELIES_ON))
 
 
 def _check_model(model) -> None:

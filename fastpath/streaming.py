@@ -48,16 +48,9 @@ import numpy as np
 
 from fastpath import fingerprints
 from fastpath.instance import overridden
+from fastpath.registry import STREAM_RELIES_ON, _check_model
 
 CHUNK_SECONDS = 4.0  # default audio_chunk_duration: about one sentence a chunk (README, "Streaming")
-RELIES_ON = (  # the stream runs the first two and reproduces the rest piece by piece
-    "OmniVoice._preprocess_all",
-    "OmniVoice._generate_chunked",
-    "OmniVoice._decode_and_post_process",
-    "OmniVoice._post_process_audio",
-    "cross_fade_chunks",
-    "fade_and_pad_audio",
-)
 PREPROCESS_ARGS = ("language", "ref_text", "ref_audio", "voice_clone_prompt", "instruct", "duration", "speed",
                    "normalize_text")
 POLL_SECONDS = 0.05  # how often a waiting worker looks for a cancel
@@ -96,13 +89,11 @@ def stream(model, text: str, *, generation_config=None, **kwargs):
     """
     from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
 
-    from fastpath.registry import _check_model
-
     _check_model(model)
     if not isinstance(text, str):
         raise TypeError(f"stream takes one text (a str), got {type(text).__name__}; for several texts, stream each "
                         f"or call model.generate")
-    fingerprints.check(RELIES_ON, "stream", allow=os.environ.get(fingerprints.ENV_ALLOW) == "1")
+    fingerprints.check(STREAM_RELIES_ON, "stream", allow=os.environ.get(fingerprints.ENV_ALLOW) == "1")
     prep = {name: kwargs.pop(name) for name in PREPROCESS_ARGS if name in kwargs}
     if "audio_chunk_threshold" in kwargs:
         raise TypeError("stream always chunks: drop audio_chunk_threshold (the matching generate call passes "
@@ -191,6 +182,8 @@ def _chunks(model, task, gen_config):
     hook = model.audio_heads.register_forward_pre_hook(stop_if_cancelled)  # runs once per unmasking step
     try:
         with overridden(model, "_generate_iterative", handing_over):
+            if worker.cuda_stream is not None:  # what this thread queued (the prompt's encoding) comes first
+                worker.cuda_stream.wait_stream(torch.cuda.current_stream(model.device))
             job = worker.executor.submit(work)
             try:
                 while True:
@@ -226,6 +219,17 @@ def _decode(model, tokens):
         return model.audio_tokenizer.decode(codes.unsqueeze(0)).audio_values[0].cpu().numpy()
 
 
+def edge_durations(gen_config) -> tuple:
+    """(fade_duration, pad_duration) of the edges: the config's, or where it has none (omnivoice before 0.2.0)
+    the defaults of `fade_and_pad_audio`, which `_post_process_audio` then calls without them."""
+    import inspect
+
+    from omnivoice.models.omnivoice import fade_and_pad_audio
+
+    defaults = inspect.signature(fade_and_pad_audio).parameters
+    return tuple(getattr(gen_config, name, defaults[name].default) for name in ("fade_duration", "pad_duration"))
+
+
 class _Join:
     """Upstream's `_decode_and_post_process` of the chunk list, one chunk at a time.
 
@@ -236,8 +240,9 @@ class _Join:
 
     def __init__(self, model, gen_config, ref_rms):
         self.rate, self.config, self.ref_rms = model.sampling_rate, gen_config, ref_rms
-        self.fade = int(gen_config.fade_duration * self.rate)  # fade_and_pad_audio's fade_samples
-        self.pad = int(gen_config.pad_duration * self.rate)
+        self.fade_duration, self.pad_duration = edge_durations(gen_config)
+        self.fade = int(self.fade_duration * self.rate)  # fade_and_pad_audio's fade_samples
+        self.pad = int(self.pad_duration * self.rate)
         seam_fade = int(0.3 * self.rate) // 3  # cross_fade_chunks' fade_n at its default silence_duration
         self.held = max(seam_fade, self.fade)
         self.tail = None  # raw [1, <= held] samples not yet final: the next seam fades them out
@@ -266,7 +271,7 @@ class _Join:
         last = self._level(self.tail)
         if not self.started:  # all of it fits in the held-back samples: upstream's function on the whole
             whole = np.concatenate(self.waiting + [last], axis=-1)
-            return fade_and_pad_audio(whole, self.config.pad_duration, self.config.fade_duration, self.rate)[0]
+            return fade_and_pad_audio(whole, self.pad_duration, self.fade_duration, self.rate)[0]
         if self.fade > 0:
             last[..., -self.fade:] *= np.linspace(1, 0, self.fade, dtype=np.float32)[np.newaxis, :]
         return np.concatenate([last, np.zeros((1, self.pad), dtype=last.dtype)], axis=-1)[0]

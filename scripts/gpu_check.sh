@@ -6,7 +6,11 @@
 #   4. benchmark stock eager fp32 and bf16, the GPU stack, and the full preset (GPU stack + 12 steps), and write
 #      the samples as this device's speed baseline, <device key>.json
 #   4b. the same for 8 mixed-length utterances, one batch against one call each (issue 7's batching target)
-# Everything lands in $OUT (the run tool's result folder; default out/gpu here), 8 files. Each stage has
+#   5. streaming (issue 16): time to first audio and underruns of fastpath.stream vs one generate call, full size,
+#      bf16, with the GPU defaults applied once (all four stream points), and stock eager (the six-sentence clone)
+# STAGES picks stages 3-5 (default all: "3 4 4b 5"); stages 1-2 always run. All of them exceed one call's 10
+# minutes since stage 5 joined: run "3 4 4b" and "5" as two calls, e.g. STAGES=5 bash scripts/gpu_check.sh
+# Everything lands in $OUT (the run tool's result folder; default out/gpu here), 10 files. Each stage has
 # its own time limit, so a slow stage still leaves the others' results. On the H200 (2026-12-01) a run with the
 # parity tier stopped at 140 s took 357 s; with the parity limit of 240 s about 7.5 minutes, plus about 3 to start.
 #
@@ -19,6 +23,7 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD" FASTPATH_CACHE=${FASTPATH_CACHE:-/tm
 PY=${PYTHON:-python3}
 T0=$(date +%s)
 stage() { echo; echo "=== [+$(( $(date +%s) - T0 ))s] $*"; }
+want() { [[ " ${STAGES:-3 4 4b 5} " == *" $1 "* ]]; }
 
 stage "1/4 wheels"
 if [ -z "${FASTPATH_NO_WHEELS:-}" ] && ls .whl/*.whl >/dev/null 2>&1; then  # FASTPATH_NO_WHEELS=1: dry run here
@@ -59,7 +64,7 @@ echo "checkpoint build exit ${PIPESTATUS[0]} (124: timed out; the tests then bui
 
 stage "3/4 pytest -m cuda (parity, then speed)"
 # SIGINT at the limit: pytest stops, and still prints the summary and every finished test's measured values
-for tier in parity speed; do
+want 3 && for tier in parity speed; do
   timeout -s INT -k 20 "${PYTEST_LIMIT:-$([ $tier = parity ] && echo 240 || echo 120)}" $PY -m pytest -m cuda "tests_$tier" -p no:cacheprovider -rA -q \
     --durations=12 >"$OUT/$tier.log" 2>&1
   echo "pytest tests_$tier exit $? (124: stopped at the limit)"
@@ -67,20 +72,30 @@ for tier in parity speed; do
 done
 
 stage "4/4 bench + baseline"
-timeout "${BENCH_LIMIT:-100}" $PY -m harness.speed.bench --size full --device cuda \
+want 4 && timeout "${BENCH_LIMIT:-100}" $PY -m harness.speed.bench --size full --device cuda \
   --points clone6-medium-32 auto-short-10 --variants stock@fp32 stock@bf16 gpu@bf16 preset@bf16 --rounds 6 \
   --out "$OUT/bench.json" --save-baseline "$OUT/baseline.json" >"$OUT/bench.log" 2>&1
 echo "bench exit $?"
-if [ -f "$OUT/baseline.json" ]; then
+if want 4 && [ -f "$OUT/baseline.json" ]; then
   key=$($PY -c "import json,sys; print(json.load(open(sys.argv[1]))['device_key'])" "$OUT/baseline.json")
   mv "$OUT/baseline.json" "$OUT/$key.json" && echo "baseline: $OUT/$key.json (copy to baselines/)"
 fi
 
 stage "4b batching: 8 mixed-length utterances as one batch vs one call each (target: >= 3x utterances/s)"
-timeout "${BATCH_LIMIT:-60}" $PY -m harness.speed.bench --size full --device cuda \
+want 4b && timeout "${BATCH_LIMIT:-60}" $PY -m harness.speed.bench --size full --device cuda \
   --points clone3-mixed8-16 clone3-mixed8-16-each --variants stock@bf16 gpu@bf16 --rounds 2 \
   --out "$OUT/batching.json" >"$OUT/batching.log" 2>&1
 echo "batching bench exit $?"; tail -n 12 "$OUT/batching.log"
+
+stage "5 streaming: time to first audio and underruns (issue 16)"
+if want 5; then
+  timeout "${STREAM_LIMIT:-90}" $PY -m harness.speed.streaming --size full --device cuda --dtype bfloat16 \
+    --apply defaults --rounds 5 --out "$OUT/stream-gpu-defaults" >"$OUT/stream-gpu-defaults.log" 2>&1
+  echo "stream (GPU defaults) exit $?"; tail -n 10 "$OUT/stream-gpu-defaults.log"
+  timeout "${STREAM_STOCK_LIMIT:-60}" $PY -m harness.speed.streaming --size full --device cuda --dtype bfloat16 \
+    --points clone6-six-32 --rounds 3 --out "$OUT/stream-gpu-stock" >"$OUT/stream-gpu-stock.log" 2>&1
+  echo "stream (stock bf16) exit $?"; tail -n 5 "$OUT/stream-gpu-stock.log"
+fi
 
 stage "summary"
 grep -hE "^(target|forward_ms|first_request|memory_mib|many_shapes|graph_stats|vocoder|compile_)" "$OUT/speed.log" \

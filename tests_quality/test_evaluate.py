@@ -240,3 +240,24 @@ def test_generate_set_on_real_omnivoice_is_reproducible(model, tmp_path, monkeyp
     torch.manual_seed(999)  # a different global RNG state must not matter
     again = evaluate.generate_set(model, items, {"num_step": 2}, checkpoint_id="built-test-checkpoint")
     np.testing.assert_array_equal(first[0].wav, again[0].wav)
+
+
+def test_generate_set_can_synthesize_with_the_stream(model):
+    """The streaming candidate's path (test_real_checkpoint.test_streaming) on the tiny checkpoint: `synthesize`
+    replaces generate, reseeded the same way; with a voice prompt the concatenated stream is upstream's chunked
+    generate of the paragraph, bit for bit."""
+    import fastpath
+    from harness.points import reference
+
+    prompt = model.create_voice_clone_prompt(*reference("ref_3s"))
+    paragraph = [corpus.Item("p1", "The first sentence is short. The second one is a little longer. A third ends it.")]
+    config = {"num_step": 4, "postprocess_output": False, "audio_chunk_duration": 2.0}
+
+    def streamed(**kwargs):
+        return np.concatenate(list(fastpath.stream(model, **kwargs)))
+
+    stream = evaluate.generate_set(model, paragraph, {**config, "tag": "stream"}, voice_prompt=prompt,
+                                   checkpoint_id="ck", synthesize=streamed)
+    chunked = evaluate.generate_set(model, paragraph, {**config, "audio_chunk_threshold": 0}, voice_prompt=prompt,
+                                    checkpoint_id="ck")
+    np.testing.assert_array_equal(stream[0].wav, chunked[0].wav)

@@ -1,7 +1,8 @@
 """Real-checkpoint quality: speedup configs vs stock through the gate (GPU, real weights).
 
 Stock is 32 sampling steps with a ~10 s voice prompt. Candidates: 16, 12 and 10 steps; a ~3 s voice prompt;
-the lossless patch stack; the lossless stack + prefix_kv_cache (lossy) at refresh intervals 2 and 4.
+the lossless patch stack; the lossless stack + prefix_kv_cache (lossy) at refresh intervals 2 and 4; streaming
+(fastpath.stream, its pieces concatenated, against one whole-text generate call of the same multi-sentence texts).
 
 Dev and holdout: the pilot runs stock on the dev set (4 seeds a sentence) and sizes the runs (stats.seeds_needed);
 every decision is taken on the holdout set (evaluate.gate_on_holdout), each sentence at --quality-seeds seeds
@@ -25,6 +26,7 @@ RERUN = "pytest tests_quality/test_real_checkpoint.py --checkpoint PATH --qualit
 LONG_PROMPT_TEXT = ("The morning train was quiet, so she read the paper and watched the fields go by "
                     "until the city came into view.")  # ~10 s
 SHORT_PROMPT_TEXT = "Good morning, thank you for coming."  # ~3 s
+PARAGRAPH = 3  # holdout sentences joined into one streamed text: about three chunks, two joins, per text
 
 
 @pytest.fixture(scope="module")
@@ -138,3 +140,36 @@ def test_prefix_kv_cache(judge, real_model, stock, seeds, wer_margin, refresh):
 
     gate_candidate(judge, real_model, stock, seeds, f"prefix-kv-r{refresh}", wer_margin, STOCK,
                    patches=list(fastpath.LOSSLESS) + ["prefix_kv_cache"], refresh=refresh)
+
+
+def paragraphs(sentences) -> list:
+    """Consecutive holdout sentences joined PARAGRAPH at a time (the text a stream splits into chunks again)."""
+    groups = [sentences[i : i + PARAGRAPH] for i in range(0, len(sentences), PARAGRAPH)]
+    return [corpus.Item("+".join(s.id for s in g), " ".join(s.text for s in g)) for g in groups]
+
+
+def test_streaming(judge, real_model, stock, seeds, wer_margin):
+    """Streaming must not drop or repeat words at the chunk joins: WER of the concatenated stream vs one whole-text
+    generate call of the same paragraphs (each paragraph's seeds one resampling block)."""
+    import numpy as np
+
+    import fastpath
+
+    model, identity = real_model
+    prompt, _ = stock
+
+    def streamed(**kwargs):
+        return np.concatenate(list(fastpath.stream(model, **kwargs)))
+
+    def maker(how):
+        def make(sentences, seeds_):
+            return evaluate.generate_set(model, paragraphs(sentences), {**STOCK, "tag": how}, seeds_,
+                                         voice_prompt=prompt, checkpoint_id=identity,
+                                         synthesize=streamed if how == "stream" else None)
+
+        return make
+
+    out = evaluate.gate_on_holdout(judge, maker("whole"), maker("stream"), seeds=seeds, margin_points=wer_margin,
+                                   label="stream", pack_dir=evaluate.cache_dir("packs") / "stream", rerun=RERUN)
+    print("\n" + out.verdict.format())
+    assert out.verdict.passed, f"{out.verdict.format()}\nlistening pack: {out.pack}"

@@ -14,14 +14,13 @@ the RTF samples in `extra_info` (`--benchmark-json` files feed `python -m harnes
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 import fastpath
 from harness import REPO_ROOT
 from harness.machine import device_key, hardware_key, machine_info
 from harness.points import point
+from harness.speed import bench
 from harness.speed.baselines import (
     BaselineError,
     PointSamples,
@@ -29,10 +28,9 @@ from harness.speed.baselines import (
     save_baseline,
 )
 from harness.speed.compare import compare_point, should_remeasure
-from harness.speed import bench
+from harness.speed.floors import ratio_floor, remeasured_once, unrecorded
 from harness.speed.measure import batch_vs_each, interleaved
 
-FLOORS_FILE = REPO_ROOT / "baselines" / "ratio_floors.json"
 VARIANTS = {"stock": (), "fastpath": tuple(fastpath.LOSSLESS)}
 RATIO_ROUNDS = 3
 RATIO_POINTS = ["clone6-medium-16"]
@@ -44,23 +42,6 @@ PEER_STEPS = 8  # as the README's grid (scripts/cpu_speed_grid.sh): every step h
 BASELINE_ROUNDS = 8  # >= 6 per side, or Mann-Whitney can never reach p < 0.002
 BASELINE_POINTS = ["auto-short-10"]
 SAVE_COMMAND = ".venv/bin/python -m pytest tests_speed/test_rtf.py --slow --save-baseline -k baseline"
-
-
-def ratio_floor(key: str, size: str, name: str) -> float | None:
-    """The floor recorded for this hardware key, checkpoint size and point, or None."""
-    data = json.loads(FLOORS_FILE.read_text())
-    if data.get("format") != "fastpath-ratio-floors-v2":
-        raise BaselineError(f"{FLOORS_FILE} is not a ratio-floor file (format fastpath-ratio-floors-v2); restore it "
-                            f"with git checkout")
-    entry = data["floors"].get(key, {}).get("full" if size == "real" else size, {}).get(name)
-    return None if entry is None else float(entry["floor"])
-
-
-def unrecorded(key: str, size: str, name: str, ratio: float, measured: str) -> None:
-    """Skip, saying what was measured here and how to record a floor for this machine."""
-    pytest.skip(f"no ratio floor recorded for this machine ({key}), {size}, {name!r}: measured {ratio:.3f}x "
-                f"({measured}). To gate on this machine, add under \"floors\" in {FLOORS_FILE.name}: "
-                f"{json.dumps({key: {size: {name: {'floor': round(0.9 * ratio, 2), 'measured': measured}}}})}")
 
 
 def measure(model, name: str, rounds: int, benchmark=None) -> dict:
@@ -78,16 +59,6 @@ def measure(model, name: str, rounds: int, benchmark=None) -> dict:
             "ratio": samples["stock"].median / samples["fastpath"].median,
         })
     return samples
-
-
-def remeasured_once(attempt, floor: float) -> float:
-    """attempt(n) -> (ratio, what was measured); a ratio under the floor is measured once more. The last ratio."""
-    for n in (1, 2):
-        ratio, measured = attempt(n)
-        print(f"{measured}, ratio {ratio:.3f} (floor {floor}, attempt {n})")
-        if ratio >= floor:
-            break
-    return ratio
 
 
 @pytest.mark.cpu

@@ -107,11 +107,14 @@ def generate_set(
     *,
     voice_prompt=None,
     checkpoint_id: str | None = None,
+    synthesize: Callable | None = None,
 ) -> list[Clip]:
     """Generate every sentence once per base seed with `model.generate(text=..., language="en", **config)`.
 
     config: generate kwargs (num_step, guidance_scale, ...); the key "tag" is not passed on, it only names
-    what the kwargs cannot show (e.g. a patch stack applied to the model) so its audio is cached apart.
+    what the kwargs cannot show (e.g. a patch stack applied to the model, or `synthesize`) so its audio is cached
+    apart. synthesize: (**generate kwargs) -> waveform in place of `model.generate(...)[0]`, e.g. the concatenated
+    `fastpath.stream`.
     """
     import omnivoice
     import torch
@@ -135,10 +138,9 @@ def generate_set(
                 wav, sr = sf.read(path, dtype="float32")
             else:
                 torch.manual_seed(seed)  # right before generate: the same seed gives the same sample
-                wav = np.asarray(
-                    model.generate(text=item.text, language="en", voice_clone_prompt=voice_prompt, **kwargs)[0],
-                    dtype=np.float32,
-                ).reshape(-1)
+                make = synthesize or (lambda **kw: model.generate(**kw)[0])
+                wav = np.asarray(make(text=item.text, language="en", voice_clone_prompt=voice_prompt, **kwargs),
+                                 dtype=np.float32).reshape(-1)
                 sr = int(model.sampling_rate)
                 atomic_write(path, lambda tmp: sf.write(tmp, wav, sr, format="WAV", subtype="FLOAT"))
             clip_id = item.id if len(seeds) == 1 else f"{item.id}#s{base}"

@@ -1,0 +1,40 @@
+"""Same-run ratio floors (baselines/ratio_floors.json): a ratio of two variants timed interleaved in one run, gated
+per hardware key and checkpoint size, since a clock figure from one machine is not a fact about another."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness import REPO_ROOT
+from harness.speed.baselines import BaselineError
+
+FLOORS_FILE = REPO_ROOT / "baselines" / "ratio_floors.json"
+
+
+def ratio_floor(key: str, size: str, name: str) -> float | None:
+    """The floor recorded for this hardware key, checkpoint size and point, or None."""
+    data = json.loads(FLOORS_FILE.read_text())
+    if data.get("format") != "fastpath-ratio-floors-v2":
+        raise BaselineError(f"{FLOORS_FILE} is not a ratio-floor file (format fastpath-ratio-floors-v2); restore it "
+                            f"with git checkout")
+    entry = data["floors"].get(key, {}).get("full" if size == "real" else size, {}).get(name)
+    return None if entry is None else float(entry["floor"])
+
+
+def unrecorded(key: str, size: str, name: str, ratio: float, measured: str) -> None:
+    """Skip, saying what was measured here and how to record a floor for this machine."""
+    pytest.skip(f"no ratio floor recorded for this machine ({key}), {size}, {name!r}: measured {ratio:.3f}x "
+                f"({measured}). To gate on this machine, add under \"floors\" in {FLOORS_FILE.name}: "
+                f"{json.dumps({key: {size: {name: {'floor': round(0.9 * ratio, 2), 'measured': measured}}}})}")
+
+
+def remeasured_once(attempt, floor: float) -> float:
+    """attempt(n) -> (ratio, what was measured); a ratio under the floor is measured once more. The last ratio."""
+    for n in (1, 2):
+        ratio, measured = attempt(n)
+        print(f"{measured}, ratio {ratio:.3f} (floor {floor}, attempt {n})")
+        if ratio >= floor:
+            break
+    return ratio
