@@ -80,13 +80,15 @@ def stream(model, text: str, *, generation_config=None, **kwargs):
     Args:
         model: a loaded `omnivoice.OmniVoice` (stock or patched).
         text: one text (a stream is one utterance).
-        generation_config: an `OmniVoiceGenerationConfig`, or its fields as keyword arguments (not both).
+        generation_config: an `OmniVoiceGenerationConfig` (used as it is, its audio_chunk_duration too), or its
+            fields as keyword arguments (not both).
         **kwargs: `generate`'s other arguments (language, voice_clone_prompt, ref_audio, ref_text, instruct,
             duration, speed, normalize_text) and generation config fields; `audio_chunk_duration` sets the chunk
             size (default CHUNK_SECONDS); `audio_chunk_threshold` is refused (a stream always chunks).
     Returns:
         A generator of 1-D float32 arrays at `model.sampling_rate`, whose concatenation is the utterance.
     """
+    import torch
     from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
 
     _check_model(model)
@@ -107,8 +109,6 @@ def stream(model, text: str, *, generation_config=None, **kwargs):
         raise TypeError(f"pass generation_config or its fields {sorted(kwargs)}, not both")
     if generation_config is None:
         generation_config = OmniVoiceGenerationConfig(**{"audio_chunk_duration": CHUNK_SECONDS, **kwargs})
-    import torch
-
     model.eval()
     with torch.inference_mode():  # as generate runs it
         task = model._preprocess_all(text=text, preprocess_prompt=generation_config.preprocess_prompt, **prep)
@@ -145,9 +145,6 @@ def _chunks(model, task, gen_config):
     credit = threading.Semaphore(1)  # chunks the worker may start: one now, one more each time the caller takes one
     cancel = threading.Event()
 
-    def put(item) -> None:
-        handoff.put(item)
-
     def take_credit(timeout: float) -> bool:
         return credit.acquire(timeout=timeout)
 
@@ -157,7 +154,7 @@ def _chunks(model, task, gen_config):
             tokens = iterate(sub_task, cfg)
             if worker.cuda_stream is not None:
                 worker.cuda_stream.synchronize()  # the tokens are final before another stream reads them
-            put(("tokens", tokens[0]))
+            handoff.put(("tokens", tokens[0]))
             return tokens
 
         return each_chunk
@@ -172,11 +169,11 @@ def _chunks(model, task, gen_config):
                 else contextlib.nullcontext()
             with torch.inference_mode(), streams:
                 model._generate_chunked(task, gen_config)
-            put(("end", None))
+            handoff.put(("end", None))
         except _Cancelled:
             pass
         except BaseException as err:  # handed to the caller's thread, raised there
-            put(("error", err))
+            handoff.put(("error", err))
 
     join = _Join(model, gen_config, task.ref_rms[0])
     hook = model.audio_heads.register_forward_pre_hook(stop_if_cancelled)  # runs once per unmasking step

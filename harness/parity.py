@@ -8,6 +8,7 @@ and where, for each of them; an empty list means bit-exact (`torch.equal`, max |
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,6 +82,24 @@ def record_generation(model, seed: int, **generate_kwargs) -> Run:
         torch.manual_seed(seed)
         run.waveforms = [np.asarray(w) for w in model.generate(**generate_kwargs)]
     return run
+
+
+@contextmanager
+def kept_tokens(model):
+    """Within the block, the tokens of every `_generate_iterative` call ([C, T] per item or chunk, cloned) are
+    appended to the yielded list."""
+    out: list = []
+
+    def keep(iterate):
+        def run(task, gen_config):
+            tokens = iterate(task, gen_config)
+            out.extend(t.detach().clone() for t in tokens)
+            return tokens
+
+        return run
+
+    with overridden(model, "_generate_iterative", keep):
+        yield out
 
 
 def describe_difference(name: str, a, b) -> str | None:

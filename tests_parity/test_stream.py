@@ -25,7 +25,7 @@ import fastpath
 from fastpath import fingerprints
 from fastpath.instance import overridden
 from fastpath.streaming import _Join, edge_durations
-from harness.parity import describe_difference, record_generation
+from harness.parity import describe_difference, kept_tokens, record_generation
 from harness.points import load_spec, reference
 
 TEXT = load_spec()["texts"]["three"]
@@ -46,17 +46,7 @@ def voice_kwargs(voice: str, prompt) -> dict:
 
 def streamed(model, seed: int, **kwargs):
     """(pieces, tokens of every chunk) of one stream, reseeded as record_generation reseeds."""
-    tokens = []
-
-    def recording(iterate):
-        def record(task, cfg):
-            out = iterate(task, cfg)
-            tokens.extend(t.clone() for t in out)
-            return out
-
-        return record
-
-    with overridden(model, "_generate_iterative", recording):
+    with kept_tokens(model) as tokens:
         torch.manual_seed(seed)
         pieces = list(fastpath.stream(model, TEXT, **kwargs))
     return pieces, tokens
@@ -210,6 +200,15 @@ class Steps:
             self.release.wait(timeout=30)
 
 
+def eventually(condition, seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def instance_state(model) -> dict:
     return {"dict": dict(model.__dict__), "heads_hooks": dict(model.audio_heads._forward_pre_hooks),
             "forward_hooks": dict(model.audio_heads._forward_hooks)}
@@ -226,9 +225,10 @@ def test_stream_runs_one_chunk_ahead_and_cancel_stops_mid_chunk(model, prompt, p
         try:
             with overridden(model, "_generate_iterative", steps.iterate):
                 gen = fastpath.stream(model, TEXT, **kwargs)
-                next(gen)
-                time.sleep(0.5)  # the caller holds chunk 0: the worker makes chunk 1, then waits
-                assert len(steps.per_chunk) == 2 and steps.per_chunk[1] == 16, (
+                next(gen)  # the caller holds chunk 0: the worker makes chunk 1, then waits
+                assert eventually(lambda: steps.per_chunk[1:] == [16]), f"chunk 1 never finished: {steps.per_chunk}"
+                time.sleep(0.3)  # time enough to start chunk 2, were it allowed
+                assert len(steps.per_chunk) == 2, (
                     f"while the caller held chunk 0 the worker ran steps {steps.per_chunk}: not one chunk ahead")
                 steps.hold_chunk = 2
                 next(gen)  # taking chunk 1 lets chunk 2 start; it is held at its second step

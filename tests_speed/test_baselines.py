@@ -40,6 +40,19 @@ def write_baseline(path: Path) -> dict:
     return save_baseline(path, device_key=KEY, machine=MACHINE, points=POINTS, command=CREATE, commit="abc123")
 
 
+def test_add_points_keeps_the_other_points_and_replaces_its_own(tmp_path):
+    path = tmp_path / f"{KEY}.json"
+    baselines.add_points(path, device_key=KEY, machine=MACHINE, points=POINTS, command=CREATE)  # a new file
+    new = {"long": {"samples": [0.5] * 6, "metric": "rtf"}, "stream/ttfa": {"samples": [2.0] * 6, "metric": "ttfa"}}
+    baselines.add_points(path, device_key=KEY, machine=MACHINE, points=new, command=CREATE)
+    points = load_baseline(path, KEY, CREATE)["points"]
+    assert sorted(points) == ["long", "short", "stream/ttfa"]
+    assert points["short"]["samples"] == POINTS["short"]["samples"] and points["short"]["extra"] == {"chars": 40}
+    assert points["long"]["samples"] == [0.5] * 6 and points["stream/ttfa"]["metric"] == "ttfa"
+    with pytest.raises(BaselineError):  # another machine's file is never merged into
+        baselines.add_points(path, device_key="cpu-other", machine=MACHINE, points=new, command=CREATE)
+
+
 def test_round_trip_keeps_samples_and_metadata(tmp_path):
     path = tmp_path / "baselines" / f"{KEY}.json"
     written = write_baseline(path)

@@ -24,8 +24,8 @@ from harness.speed import bench
 from harness.speed.baselines import (
     BaselineError,
     PointSamples,
+    add_points,
     load_baseline,
-    save_baseline,
 )
 from harness.speed.compare import compare_point, should_remeasure
 from harness.speed.floors import ratio_floor, remeasured_once, unrecorded
@@ -149,15 +149,11 @@ def test_rtf_against_the_stored_baseline(full_model, full_checkpoint, slowdown, 
     samples = measure(model, name, BASELINE_ROUNDS, benchmark)
 
     if request.config.getoption("save_baseline"):
-        points = {}
-        if path.exists():
-            points = {n: {k: v for k, v in p.items() if k in ("metric", "samples", "max_slowdown", "extra")}
-                      for n, p in load_baseline(path, key, SAVE_COMMAND)["points"].items()}
-        for variant, s in samples.items():
-            points[f"{name}/{variant}"] = {"metric": "rtf", "samples": s.rtf,
-                                          "extra": {"checkpoint": full_checkpoint.identity, "audio_seconds": s.audio_seconds,
-                                                    "first_call_seconds": s.first_call_seconds}}
-        save_baseline(path, device_key=key, machine=info, points=points, command=SAVE_COMMAND)
+        points = {f"{name}/{variant}": {"metric": "rtf", "samples": s.rtf,
+                                        "extra": {"checkpoint": full_checkpoint.identity, "audio_seconds": s.audio_seconds,
+                                                  "first_call_seconds": s.first_call_seconds}}
+                  for variant, s in samples.items()}
+        add_points(path, device_key=key, machine=info, points=points, command=SAVE_COMMAND)
 
     try:
         baseline = load_baseline(path, key, SAVE_COMMAND)

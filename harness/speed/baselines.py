@@ -295,6 +295,16 @@ def load_baseline(path: str | os.PathLike, expected_device_key: str, create_comm
     return data
 
 
+def add_points(path: str | os.PathLike, *, device_key: str, machine: dict, points: dict, command: str) -> dict:
+    """`save_baseline` of `points` together with the points already in the file at `path` (read strictly, same
+    device key): each test records its own points without dropping the others'."""
+    kept = {}
+    if Path(path).exists():
+        kept = {name: {k: v for k, v in entry.items() if k in ("metric", "samples", "max_slowdown", "extra")}
+                for name, entry in load_baseline(path, device_key, command)["points"].items()}
+    return save_baseline(path, device_key=device_key, machine=machine, points={**kept, **points}, command=command)
+
+
 def save_baseline(
     path: str | os.PathLike,
     *,

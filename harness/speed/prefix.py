@@ -22,24 +22,14 @@ import torch
 
 import fastpath
 from fastpath import loop
-from fastpath.instance import overridden
 from harness.cli import int_at_least
+from harness.parity import kept_tokens
 from harness.points import point
 from harness.speed.measure import timed_generate
 
 
 def final_tokens(model, seed: int, kwargs: dict) -> list:
-    out = []
-
-    def keep(iterate):
-        def run(task, gen_config):
-            tokens = iterate(task, gen_config)
-            out.extend(t.clone() for t in tokens)
-            return tokens
-
-        return run
-
-    with overridden(model, "_generate_iterative", keep):
+    with kept_tokens(model) as out:
         torch.manual_seed(seed)
         model.generate(**kwargs)
     return out

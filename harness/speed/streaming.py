@@ -145,6 +145,8 @@ def main(argv: list | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="unmasking steps (default: each point's)")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--points", nargs="*", default=None, help="stream point names (default: all)")
+    parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS),
+                        help="which of VARIANTS to time (default all)")
     parser.add_argument("--apply", nargs="*", default=None,
                         help="patch names, or 'defaults' (fastpath.defaults: what pays on the device), applied once")
     args = parser.parse_args(argv)
@@ -160,7 +162,7 @@ def main(argv: list | None = None) -> int:
     checkpoint = resolve_checkpoint(None if size_or_path in ("tiny", "full") else size_or_path,
                                     size=size_or_path if size_or_path in ("tiny", "full") else "tiny")
     model = load_model(checkpoint, device=args.device, dtype=getattr(torch, args.dtype) if args.dtype else None)
-    variants = VARIANTS
+    variants = {name: VARIANTS[name] for name in args.variants}
     if args.apply is not None:
         fastpath.apply(model, fastpath.defaults(model) if args.apply == ["defaults"] else args.apply)
         variants = {"generate": ("whole", ()), "stream": ("stream", ())}
