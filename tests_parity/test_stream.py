@@ -24,7 +24,7 @@ import torch
 import fastpath
 from fastpath import fingerprints
 from fastpath.instance import overridden
-from fastpath.streaming import _Join, edge_durations
+from fastpath.streaming import _Join, edge_durations, upstream_checked
 from harness.parity import describe_difference, kept_tokens, record_generation
 from harness.points import load_spec, reference
 
@@ -291,5 +291,9 @@ def test_bad_calls_are_refused_with_the_fix(model, prompt, monkeypatch):
     known = fingerprints.load_known()
     monkeypatch.setattr(fingerprints, "load_known",
                         lambda: {k: v for k, v in known.items() if k != "OmniVoice._generate_chunked"})
-    with pytest.raises(fastpath.UpstreamMismatchError, match="_generate_chunked"):
-        fastpath.stream(model, TEXT)
+    upstream_checked.cache_clear()  # checked once per process: forget the passing check of the calls above
+    try:
+        with pytest.raises(fastpath.UpstreamMismatchError, match="_generate_chunked"):
+            fastpath.stream(model, TEXT)
+    finally:
+        upstream_checked.cache_clear()

@@ -21,7 +21,7 @@ from harness import REPO_ROOT
 from harness.machine import device_key, hardware_key, machine_info
 from harness.points import point
 from harness.speed.baselines import BaselineError, PointSamples, add_points, load_baseline
-from harness.speed.compare import compare_point, should_remeasure
+from harness.speed.compare import compare_point
 from harness.speed.floors import ratio_floor, remeasured_once, unrecorded
 from harness.speed.measure import on_llm_forward
 from harness.speed.streaming import interleaved_listens, listen_stream, playback
@@ -137,31 +137,38 @@ def test_stream_against_the_stored_baseline(full_model, full_checkpoint, slowdow
         if not path.exists():
             pytest.skip(str(err))  # says the exact command that creates it
         raise
-    failures = []
+    bases = {}
     for metric, name in names.items():
         stored = baseline["points"].get(name)
         if stored is None:
             pytest.skip(f"{path} has no point {name}; add it with: {SAVE_COMMAND}")
-        base = PointSamples(name, metric, tuple(stored["samples"]))
-        new = PointSamples(name, metric, tuple(samples[metric]))
-        if base.median == 0.0:
-            print(f"{name}: base median 0, new {new.median:.3f} s (slack {ZERO_UNDERRUN_SLACK})")
-            if new.median > ZERO_UNDERRUN_SLACK:
-                failures.append(f"{name}: the listener now waits {new.median:.2f} s (median) where it never did")
-            continue
-        verdict = compare_point(base, new)
-        if should_remeasure(verdict):
-            samples = measure()
-            verdict = compare_point(base, PointSamples(name, metric, tuple(samples[metric])))
-        print(f"{name}: base {verdict.base_median:.3f} new {verdict.new_median:.3f} change {verdict.change:+.1%} "
-              f"p {verdict.p_value:.2g} -> {verdict.verdict}")
-        if verdict.verdict == "regressed":
-            failures.append(f"{name}: {verdict.change:+.1%} worse (p={verdict.p_value:.2g}) vs {path.name}")
+        bases[metric] = PointSamples(name, metric, tuple(stored["samples"]))
+
+    def failures_of(samples: dict) -> list:
+        out = []
+        for metric, base in bases.items():
+            new = PointSamples(base.name, metric, tuple(samples[metric]))
+            if base.median == 0.0:
+                print(f"{base.name}: base median 0, new {new.median:.3f} s (slack {ZERO_UNDERRUN_SLACK})")
+                if new.median > ZERO_UNDERRUN_SLACK:
+                    out.append(f"{base.name}: the listener now waits {new.median:.2f} s (median) where it never did")
+                continue
+            verdict = compare_point(base, new)
+            print(f"{base.name}: base {verdict.base_median:.3f} new {verdict.new_median:.3f} change "
+                  f"{verdict.change:+.1%} p {verdict.p_value:.2g} -> {verdict.verdict}")
+            if verdict.verdict == "regressed":
+                out.append(f"{base.name}: {verdict.change:+.1%} worse (p={verdict.p_value:.2g}) vs {path.name}")
+        return out
+
+    failures = failures_of(samples)
+    if failures:  # measured once more: the fresh samples, on their own, must regress too
+        failures = failures_of(measure())
     assert not failures, "streaming got slower:\n  " + "\n  ".join(failures)
 
 
 def test_listen_stream_reads_every_piece(model):
-    """The measurement itself: arrivals are increasing, the first is the TTFA, the pieces add up to the audio."""
+    """The measurement itself: the first piece (TTFA) comes no later than the last, waits are never negative, and
+    the pieces add up to the seconds of audio of three sentences."""
     kwargs = dict(point("auto-three-32").generate_kwargs(model), num_step=4)
     heard = listen_stream(model, kwargs)
     assert 0 < heard.ttfa <= heard.total

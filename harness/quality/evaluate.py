@@ -128,6 +128,7 @@ def generate_set(
         "config": config,
         "voice_prompt": _voice_prompt_identity(voice_prompt),
     }
+    make = synthesize or (lambda **kw: model.generate(**kw)[0])
     clips = []
     for base in seeds:
         for item in sentences:
@@ -138,7 +139,6 @@ def generate_set(
                 wav, sr = sf.read(path, dtype="float32")
             else:
                 torch.manual_seed(seed)  # right before generate: the same seed gives the same sample
-                make = synthesize or (lambda **kw: model.generate(**kw)[0])
                 wav = np.asarray(make(text=item.text, language="en", voice_clone_prompt=voice_prompt, **kwargs),
                                  dtype=np.float32).reshape(-1)
                 sr = int(model.sampling_rate)
