@@ -149,7 +149,7 @@ def post_process(owner, audio, ref_rms, config):
 def test_join_is_upstreams_decode_and_post_process(lengths, ref_rms, fade, pad):
     """The joining stage alone, on chunks of every awkward length, against upstream's own code: cross_fade_chunks
     and OmniVoice._post_process_audio called on the whole."""
-    from omnivoice.models.omnivoice import OmniVoice, cross_fade_chunks
+    from omnivoice.models.omnivoice import cross_fade_chunks
 
     config = generation_config(postprocess_output=False, fade_duration=fade, pad_duration=pad)
     owner = SimpleNamespace(sampling_rate=24000)

@@ -28,7 +28,7 @@ from harness.speed.baselines import (
     load_baseline,
 )
 from harness.speed.compare import compare_point, should_remeasure
-from harness.speed.floors import ratio_floor, remeasured_once, unrecorded
+from harness.speed.floors import gated_ratio, ratio_floor, unrecorded
 from harness.speed.measure import batch_vs_each, interleaved
 
 VARIANTS = {"stock": (), "fastpath": tuple(fastpath.LOSSLESS)}
@@ -66,17 +66,13 @@ def measure(model, name: str, rounds: int, benchmark=None) -> dict:
 @pytest.mark.parametrize("name", RATIO_POINTS)
 def test_lossless_stack_stays_above_its_ratio_floor(full_model, full_checkpoint, name, benchmark):
     key, size = hardware_key(machine_info("cpu")), full_checkpoint.kind
-    floor = ratio_floor(key, size, name)
 
     def attempt(n: int) -> tuple:
         samples = measure(full_model, name, RATIO_ROUNDS, benchmark if n == 1 else None)
         ratio = samples["stock"].median / samples["fastpath"].median
         return ratio, f"{name}: stock RTF {samples['stock'].median:.4f}, fastpath {samples['fastpath'].median:.4f}"
 
-    if floor is None:
-        ratio, measured = attempt(1)
-        unrecorded(key, size, name, ratio, f"{measured}, {RATIO_ROUNDS} interleaved rounds")
-    ratio = remeasured_once(attempt, floor)
+    ratio, floor = gated_ratio(key, size, name, attempt, f"{RATIO_ROUNDS} interleaved rounds")
     assert ratio >= floor, f"{name}: lossless stack only {ratio:.3f}x stock (floor {floor}) in two measurements"
 
 
@@ -122,7 +118,6 @@ def test_a_mixed_batch_is_no_slower_than_batch_1(full_model, full_checkpoint):
     """8 mixed-length utterances as one batch vs one call each, both with lossless + batch_invariant, interleaved
     (batch, each, batch, each ...): utterances per second of the batch / of the single calls >= the floor."""
     key, size, name = hardware_key(machine_info("cpu")), full_checkpoint.kind, "clone3-mixed8-16 batch / each"
-    floor = ratio_floor(key, size, name)
 
     def attempt(n: int) -> tuple:
         samples = batch_vs_each(full_model, "clone3-mixed8-16", list(fastpath.LOSSLESS) + ["batch_invariant"],
@@ -130,10 +125,7 @@ def test_a_mixed_batch_is_no_slower_than_batch_1(full_model, full_checkpoint):
         ratio = samples["each"].median / samples["batch"].median  # same audio: RTF ratio = throughput ratio
         return ratio, f"mixed8: batch RTF {samples['batch'].median:.4f}, one call each {samples['each'].median:.4f}"
 
-    if floor is None:
-        ratio, measured = attempt(1)
-        unrecorded(key, size, name, ratio, f"{measured}, {RATIO_ROUNDS} interleaved rounds")
-    ratio = remeasured_once(attempt, floor)
+    ratio, floor = gated_ratio(key, size, name, attempt, f"{RATIO_ROUNDS} interleaved rounds")
     assert ratio >= floor, f"a batch of 8 only {ratio:.3f}x the throughput of batch-1 calls (floor {floor})"
 
 

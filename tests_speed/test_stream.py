@@ -20,9 +20,14 @@ from fastpath.instance import overridden
 from harness import REPO_ROOT
 from harness.machine import device_key, hardware_key, machine_info
 from harness.points import point
-from harness.speed.baselines import BaselineError, PointSamples, add_points, load_baseline
+from harness.speed.baselines import (
+    BaselineError,
+    PointSamples,
+    add_points,
+    load_baseline,
+)
 from harness.speed.compare import compare_point
-from harness.speed.floors import ratio_floor, remeasured_once, unrecorded
+from harness.speed.floors import gated_ratio
 from harness.speed.measure import on_llm_forward
 from harness.speed.streaming import interleaved_listens, listen_stream, playback
 
@@ -89,7 +94,6 @@ def test_stream_ttfa_beats_a_whole_generate(full_model, full_checkpoint, slowdow
     """Whole-text generate's wall time (stock, its TTFA) / the stream's TTFA (lossless stack), interleaved."""
     key, size = hardware_key(machine_info("cpu")), full_checkpoint.kind
     name = f"{RATIO_POINT} stream ttfa vs generate"
-    floor = ratio_floor(key, size, name)
     model = slowdown(full_model)
     kwargs = dict(point(RATIO_POINT).generate_kwargs(model), num_step=STEPS)
     variants = {"generate": ("whole", ()), "stream+lossless": ("stream", "lossless")}
@@ -100,10 +104,7 @@ def test_stream_ttfa_beats_a_whole_generate(full_model, full_checkpoint, slowdow
         ttfa = statistics.median(r.ttfa for r in heard["stream+lossless"]["rounds"])
         return whole / ttfa, f"{RATIO_POINT} at {STEPS} steps: generate {whole:.2f} s, stream TTFA {ttfa:.2f} s"
 
-    if floor is None:
-        ratio, measured = attempt(1)
-        unrecorded(key, size, name, ratio, f"{measured}, {RATIO_ROUNDS} interleaved rounds, medians")
-    ratio = remeasured_once(attempt, floor)
+    ratio, floor = gated_ratio(key, size, name, attempt, f"{RATIO_ROUNDS} interleaved rounds, medians")
     assert ratio >= floor, f"{name}: {ratio:.3f}x (floor {floor}) in two measurements"
 
 

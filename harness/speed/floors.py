@@ -38,3 +38,14 @@ def remeasured_once(attempt, floor: float) -> float:
         if ratio >= floor:
             break
     return ratio
+
+
+def gated_ratio(key: str, size: str, name: str, attempt, method: str) -> tuple:
+    """(ratio, floor) for a same-run ratio gate. attempt(n) -> (ratio, what was measured). With no floor recorded
+    for this machine: measure once and skip, saying the figure and the entry to add (`method` says how it was
+    measured); else measure, and once more when under the floor (`remeasured_once`)."""
+    floor = ratio_floor(key, size, name)
+    if floor is None:
+        ratio, measured = attempt(1)
+        unrecorded(key, size, name, ratio, f"{measured}, {method}")
+    return remeasured_once(attempt, floor), floor

@@ -124,8 +124,9 @@ def summary(rounds: list) -> dict:
 
 def table(results: dict) -> str:
     """Markdown: one row per point and variant."""
-    rows = ["| point | variant | TTFA p50 | TTFA p95 | underrun p50 (s waited) | underrun p95 | waits (most) | "
-            "pieces | audio s | last piece p50 |", "|" + "---|" * 10]
+    header = ("| point | variant | TTFA p50 | TTFA p95 | underrun p50 (s waited) | underrun p95 | waits (most) | "
+              "pieces | audio s | last piece p50 |")
+    rows = [header, "|" + "---|" * 10]
     for point, by_variant in results.items():
         for name, data in by_variant.items():
             s = summary(data["rounds"])
