@@ -171,39 +171,70 @@ def first_difference(a, b) -> str | None:
 
 
 def compare(against: dict, candidate: dict) -> dict:
-    """{setting: [differences in order]} for every setting that differs (empty dict: identical behaviour)."""
+    """{setting: [differences in order]} for every setting that differs (empty dict: identical behaviour). Every
+    field a record holds is compared, whatever its name (the top-level RECORD_META aside): a field added to
+    from_run is compared without a change here (tests_harness/test_behaviour.py changes each field alone)."""
     out = {}
     for name in sorted(set(against["settings"]) | set(candidate["settings"])):
         a, c = against["settings"].get(name), candidate["settings"].get(name)
-        diffs = []
         if a is None or c is None:
-            diffs.append("recorded by one version only")
+            diffs = ["recorded by one version only"]
         elif "error" in a or "error" in c:
-            if a.get("error") != c.get("error"):
-                diffs.append(f"refused: {a.get('error', 'ran')} vs {c.get('error', 'ran')}")
+            diffs = [] if a.get("error") == c.get("error") else [f"refused: {a.get('error', 'ran')} vs "
+                                                                   f"{c.get('error', 'ran')}"]
         else:
-            if len(a["calls"]) != len(c["calls"]):
-                diffs.append(f"scoring calls: {len(a['calls'])} vs {len(c['calls'])}")
-            for n, (x, y) in enumerate(zip(a["calls"], c["calls"])):
-                for part in PARTS:
-                    d = first_difference(x[part], y[part])
-                    if d:
-                        where = f" ({x['where']})" if x.get("where") else ""
-                        diffs.append(f"scoring call {n}{where} {part}: {d}")
-                if diffs:
-                    break  # later calls follow from the first difference
-            if a["target_lens"] != c["target_lens"]:
-                diffs.append(f"target lengths: {a['target_lens']} vs {c['target_lens']}")
-            for kind in ("tokens", "waveforms"):
-                if len(a[kind]) != len(c[kind]):
-                    diffs.append(f"{kind}: {len(a[kind])} vs {len(c[kind])}")
-                for i, (x, y) in enumerate(zip(a[kind], c[kind])):
-                    d = first_difference(x, y)
-                    if d:
-                        diffs.append(f"{kind}[{i}]: {d}")
+            diffs = compare_setting(a, c)
         if diffs:
             out[name] = diffs
     return out
+
+
+RECORD_META = ("omnivoice", "called", "under_patched")  # a record's top level besides "settings": the version and
+# the call trace, which mark fingerprint changes (harness.gate.package_changes) and are not behaviour
+
+
+def compare_setting(a: dict, c: dict) -> list:
+    """Differences between two records of one setting: the scoring calls in order up to the first that differs
+    (later calls follow from it), then every other field."""
+    diffs = [f"{key}: recorded by one version only" for key in sorted(set(a) ^ set(c))]
+    calls_a, calls_c = a.get("calls", []), c.get("calls", [])
+    if len(calls_a) != len(calls_c):
+        diffs.append(f"scoring calls: {len(calls_a)} vs {len(calls_c)}")
+    for n, (x, y) in enumerate(zip(calls_a, calls_c)):
+        where = f" ({x['where']})" if x.get("where") else ""
+        if x.get("where") != y.get("where"):
+            diffs.append(f"scoring call {n} where: {x.get('where')} vs {y.get('where')}")
+        for part in [p for p in PARTS if p in x or p in y] + sorted((set(x) | set(y)) - set(PARTS) - {"where"}):
+            d = field_difference(x.get(part), y.get(part))
+            if d:
+                diffs.append(f"scoring call {n}{where} {part}: {d}")
+        if diffs:
+            break  # later calls follow from the first difference
+    for key in sorted((set(a) & set(c)) - {"calls"}):
+        x, y = a[key], c[key]
+        if isinstance(x, (list, tuple)) and isinstance(y, (list, tuple)):
+            if len(x) != len(y):
+                diffs.append(f"{key}: {len(x)} vs {len(y)}")
+            for i, (u, v) in enumerate(zip(x, y)):
+                d = field_difference(u, v)
+                if d:
+                    diffs.append(f"{key}[{i}]: {d}")
+        else:
+            d = field_difference(x, y)
+            if d:
+                diffs.append(f"{key}: {d}")
+    return diffs
+
+
+def field_difference(a, b) -> str | None:
+    """first_difference for tensors and digests; plain equality for numbers and anything else."""
+    import torch
+
+    if isinstance(a, (str, torch.Tensor)) or isinstance(b, (str, torch.Tensor)):
+        if a is None or b is None:
+            return f"{'absent' if a is None else 'present'} vs {'absent' if b is None else 'present'}"
+        return first_difference(a, b)
+    return None if a == b else f"{a!r} vs {b!r}"
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ Checks, in order, each with a status: pass, changed-as-expected, changed, fail o
 | fingerprints | AST fingerprint of every upstream name a patch relies on, vs the `--against` version's source; and of every function of the package, each changed one marked by the behaviour grid's call trace (on the generation path; relied on by patches, directly or transitively); a unified diff per changed one in OUT/fingerprints/ | a relied-on name changed to a fingerprint not recorded as known to work in fastpath/fingerprints.json ("changed": review the diff, and record it only once parity passes); other changed functions are reported, and the behaviour check decides |
 | behaviour | stock generation over harness.behaviour.GRID (every mode and sampler branch; per-step logits, scores, predicted tokens, unmasking order, final tokens, target lengths, waveform), recorded in both versions' environments in this job and compared bit for bit | any difference not accepted by name (`--accept SETTING=REASON`, recorded in the verdict) |
 | goldens | stock output on the tiny checkpoint vs fixtures/goldens/<version>.json, per operating point | never: the record for versions that can no longer be installed |
-| parity | the parity tier (pytest tests_parity) run in the candidate's env with FASTPATH_ALLOW_UNVERIFIED_UPSTREAM=1 | any test fails or errors |
+| parity | the parity tier (pytest tests_parity) run in the candidate's env, the candidate's fingerprints accepted as under review (FASTPATH_REVIEWED_UPSTREAM; never the blanket override, which would flip tests that assert a refusal) | any test fails or errors |
 | work | exact work counters (FLOPs, LLM calls and positions, head rows, ...) of stock and of the lossless stack on the tiny checkpoint, in both environments, same job | the stack's share of stock's work (stack / stock, per counter) grows by more than WORK_SLACK |
 | rtf | optional interleaved RTF on tiny (`--rtf-rounds N`) | never (noisy, informational) |
 | quality | tests_quality's real-weights tier, when a real checkpoint is given | a test fails |
@@ -365,9 +365,23 @@ def parse_junit(path: Path, returncode: int) -> dict:
     return result
 
 
-def check_parity(env, out: Path, select: str | None = None) -> Check:
-    args = ["tests_parity"] + (["-k", select] if select else [])
-    check = rule_parity(run_pytest(env, args, out, "parity", {fingerprints.ENV_ALLOW: "1"}))
+def tier_environment(env, version: str) -> dict:
+    """What the gate adds to the environment of the tiers it runs in the candidate's venv (parity, quality): the
+    candidate's own fingerprints of the relied-on names, accepted as under review (fingerprints.ENV_REVIEWED), so
+    that the patches apply on a changed upstream while a test that makes a fingerprint unknown still sees the
+    refusal it asserts. Never the blanket ENV_ALLOW, which would change such a test's outcome (and did: every
+    candidate was refused). For the installed version it adds nothing fingerprints.json does not know."""
+    found = fingerprints.fingerprints_in(env.upstream_file.read_text(), relied_on())
+    return {fingerprints.ENV_REVIEWED: fingerprints.review_value(found, version)}
+
+
+def parity_args(select: str | None = None) -> list:
+    """The parity tier as the default run selects it (`pytest tests_parity`), or the -k subset."""
+    return ["tests_parity"] + (["-k", select] if select else [])
+
+
+def check_parity(env, out: Path, select: str | None = None, version: str = "candidate") -> Check:
+    check = rule_parity(run_pytest(env, parity_args(select), out, "parity", tier_environment(env, version)))
     if select:
         check.summary += f" (subset: -k {select!r})"
     return check
@@ -429,7 +443,7 @@ def check_rtf(env, against, rounds: int, out: Path) -> Check:
     return rule_rtf(mine, theirs)
 
 
-def check_quality(env, checkpoint: str | None, out: Path) -> Check:
+def check_quality(env, checkpoint: str | None, out: Path, version: str = "candidate") -> Check:
     from harness.checkpoint import ENV_CHECKPOINT, find_hf_cache
 
     real = checkpoint or os.environ.get(ENV_CHECKPOINT) or (str(find_hf_cache()) if find_hf_cache() else None)
@@ -437,7 +451,7 @@ def check_quality(env, checkpoint: str | None, out: Path) -> Check:
         return rule_quality(None, f"no real OmniVoice checkpoint (pass --checkpoint PATH or set {ENV_CHECKPOINT}); "
                                   f"the quality tier judges real speech only")
     result = run_pytest(env, ["tests_quality", "-m", "real_weights", "--checkpoint", real], out, "quality",
-                        {fingerprints.ENV_ALLOW: "1"})
+                        tier_environment(env, version))
     return rule_quality(result)
 
 
@@ -481,10 +495,10 @@ def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, r
                 list(behaviour_records().values()) if "behaviour" in checks else None),
             "behaviour": lambda: check_behaviour(behaviour_records(), versions, accepted or {}),
             "goldens": lambda: check_goldens(env, versions, out),
-            "parity": lambda: check_parity(env, out, parity_select),
+            "parity": lambda: check_parity(env, out, parity_select, versions[0]),
             "work": lambda: check_work(env, against, versions, out),
             "rtf": lambda: check_rtf(env, against, rtf_rounds, out) if rtf_rounds else rule_rtf([], []),
-            "quality": lambda: check_quality(env, checkpoint, out),
+            "quality": lambda: check_quality(env, checkpoint, out, versions[0]),
         }
         for name in checks:
             t0 = time.perf_counter()

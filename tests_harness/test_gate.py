@@ -14,6 +14,7 @@ import types
 
 import pytest
 
+import fastpath
 from fastpath import fingerprints
 from fastpath.instance import overridden
 from fastpath.registry import relied_on
@@ -197,6 +198,92 @@ def test_source_fingerprints_equal_the_installed_ones():
     from_source = fingerprints.fingerprints_in(cand.current_env().upstream_file.read_text(), names)
     assert from_source == {n: fingerprints.fingerprint(n) for n in names}
     assert fingerprints.fingerprints_in("def other():\n    pass\n", names) == dict.fromkeys(names)
+
+
+# --- the gate's parity run on an identical release: what the default run sees ---------------------------------------
+
+# the parity tests that assert a refusal or a fallback on an upstream they make unknown: the ones a blanket override
+# in the gate's environment would flip (one did: every candidate was refused)
+REFUSAL_TESTS = "refus or changed"
+
+
+def test_the_gate_gives_the_parity_tier_nothing_that_changes_a_test_on_an_identical_release(monkeypatch):
+    """By construction: on the installed version the gate's parity invocation is the default run's parity tier.
+    Same selection (the tier whole, which the default run collects) and an environment that adds only fingerprints
+    fingerprints.json already knows, so every test sees the known set it sees in the default run."""
+    import tomllib
+
+    env = cand.current_env()
+    version = fingerprints.omnivoice_version()
+    extra = gate.tier_environment(env, version)
+    assert set(extra) == {fingerprints.ENV_REVIEWED}, f"the gate's tiers get more than the review: {sorted(extra)}"
+    assert fingerprints.ENV_ALLOW not in extra
+    monkeypatch.delenv(fingerprints.ENV_REVIEWED, raising=False)
+    plain = fingerprints.load_known()
+    for name, value in extra.items():
+        monkeypatch.setenv(name, value)
+    assert fingerprints.load_known() == plain, "the review adds fingerprints the installed version has not recorded"
+    assert fingerprints.reviewed()[1] == {n: fingerprints.fingerprint(n) for n in relied_on()}
+    assert gate.parity_args() == ["tests_parity"]
+    testpaths = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["testpaths"]
+    assert "tests_parity" in testpaths, "the default run no longer runs the tier the gate runs"
+
+
+def test_the_gates_parity_invocation_passes_the_refusal_tests_on_the_installed_version(tmp_path, monkeypatch):
+    """The gate's own parity step (its environment, its pytest call, its junit reading) on the installed version,
+    on the tests a blanket override would flip, with the blanket override also exported by the user: the suite
+    never shows it to a test (conftest.py). About 20 s."""
+    monkeypatch.setenv(fingerprints.ENV_ALLOW, "1")
+    check = gate.check_parity(cand.current_env(), tmp_path, REFUSAL_TESTS, fingerprints.omnivoice_version())
+    assert check.status == "pass", gate.render_table({"checks": [vars(check)], "candidate": {"version": "current"},
+                                                      "against": {"version": "current"}, "state": "x",
+                                                      "blocked_by": [], "not_run": []})
+    result = gate.parse_junit(tmp_path / "parity-junit.xml", 0)
+    ran = result["passed"]
+    assert ran >= 3 and not result["skipped"], result
+
+
+def test_a_user_blanket_override_becomes_a_review_of_the_installed_fingerprints(monkeypatch):
+    """conftest.no_blanket_override: the variable is gone from the tests' environment, the installed fingerprints
+    are under review instead, and both are put back after the run."""
+    import os
+
+    root = next(m for m in sys.modules.values() if getattr(m, "__file__", None) == str(REPO_ROOT / "conftest.py"))
+    monkeypatch.setenv(fingerprints.ENV_ALLOW, "1")
+    monkeypatch.delenv(fingerprints.ENV_REVIEWED, raising=False)
+    session = dict(root._ENV_BEFORE)  # what this session's own configure changed: kept for its unconfigure
+    root._ENV_BEFORE.clear()
+    try:
+        note = root.no_blanket_override()
+        assert fingerprints.ENV_ALLOW not in os.environ and "under review" in note, note
+        assert fingerprints.reviewed() == (fingerprints.omnivoice_version(),
+                                           {n: fingerprints.fingerprint(n) for n in relied_on()})
+    finally:
+        root.restore_environment()
+        root._ENV_BEFORE.update(session)
+    assert os.environ.get(fingerprints.ENV_ALLOW) == "1" and fingerprints.ENV_REVIEWED not in os.environ
+
+
+def test_fingerprints_under_review_apply_and_say_so_while_others_stay_refused(model, monkeypatch):
+    """A candidate's changed function (a fingerprint no version recorded) applies when under review, with a
+    warning on the model; any other unknown fingerprint is still refused; a malformed review names the fix."""
+    real = fingerprints.fingerprint
+    name = "OmniVoice._generate_iterative"
+    monkeypatch.setattr(fingerprints, "fingerprint", lambda n: "f" * 16 if n == name else real(n))
+    with pytest.raises(fingerprints.UpstreamMismatchError, match=name):
+        fastpath.apply(model, "sliced_heads")
+    monkeypatch.setenv(fingerprints.ENV_REVIEWED, fingerprints.review_value({name: "f" * 16}, "9.9.9"))
+    try:
+        assert fastpath.apply(model, "sliced_heads") == ["sliced_heads"]
+        assert any("under review" in w and name in w for w in model._fastpath_warnings), model._fastpath_warnings
+    finally:
+        fastpath.revert(model)
+    monkeypatch.setenv(fingerprints.ENV_REVIEWED, fingerprints.review_value({name: "e" * 16}, "9.9.9"))
+    with pytest.raises(fingerprints.UpstreamMismatchError, match=name):
+        fastpath.apply(model, "sliced_heads")
+    monkeypatch.setenv(fingerprints.ENV_REVIEWED, "{not json")
+    with pytest.raises(fingerprints.UpstreamMismatchError, match=f"{fingerprints.ENV_REVIEWED} is not a review"):
+        fastpath.apply(model, "sliced_heads")
 
 
 # --- the one-line schedule change ------------------------------------------------------------------------------

@@ -1,10 +1,15 @@
 """Composition: after any sequence of applies and reverts of any patches, the model generates bit for bit what a
 fresh model with only the patches still applied generates, and a full revert leaves nothing behind.
 
-Random sequences from hypothesis's stateful testing (seeded by hypothesis's database-free derandomised run, so a
-rerun draws the same sequences). Every registered patch takes part: the GPU ones are inert on a CPU model, pairs
-that replace the same function must be refused without touching the model, and so must batch_invariant on a
-machine whose GEMM rows depend on the row count.
+By construction first, where the interactions that break real code live (one patch's revert removing state another
+applied patch still needs; two patches sharing an instance attribute, the loop or the attention implementation):
+every ordered pair of registered patches (apply A, apply B, revert A or B, generate; then revert both), and every
+triple of the default stack with two other patches (apply the stack, A, B; revert one of the three, generate;
+then revert all). Then random sequences from hypothesis's stateful testing on top (derandomised, so a rerun draws
+the same sequences; more of them under --slow). Every registered patch takes part: the GPU ones are inert on a CPU
+model, pairs that replace the same function must be refused without touching the model, and so must
+batch_invariant on a machine whose GEMM rows depend on the row count. References (a fresh model with what is
+still applied) are generated once per set of patches and shared.
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ from fastpath import instance, loop
 from harness.checkpoint import load_model
 from harness.parity import compare_runs, record_generation
 
-POINT = dict(text=["Hi there.", "Medium length words here."], language="en", num_step=3)  # two items: every path
+POINT = dict(text=["Hi.", "Two words."], language="en", num_step=2)  # two items of two lengths, two steps: every path
 NAMES = sorted(fastpath.PATCHES)
 REFUSALS = (fastpath.ConflictingPatchesError, loop.UnsupportedHereError)
+STACK = "defaults(cpu)"  # the default stack on the test's CPU model, applied as one
 
 
 def own_state(model) -> dict:
@@ -48,8 +54,88 @@ def fresh(checkpoint):
     return load_model(checkpoint)
 
 
+class References:
+    """A fresh model's run with exactly a set of patches applied, generated once per set."""
+
+    def __init__(self, model):
+        self.model, self.runs = model, {}
+
+    def __call__(self, names) -> object:
+        key = frozenset(names)
+        if key not in self.runs:
+            with fastpath.patched(self.model, sorted(key)):
+                self.runs[key] = record_generation(self.model, seed=0, **POINT)
+        return self.runs[key]
+
+
+@pytest.fixture(scope="module")
+def references(fresh):
+    return References(fresh)
+
+
+def names_of(step) -> list:
+    return fastpath.defaults("cpu") if step == STACK else [step]
+
+
+def run_sequence(model, references, applies, reverted) -> list:
+    """Apply each of `applies` in order (a refused apply must change nothing; the sequence goes on without it), revert
+    `reverted`, generate and compare with a fresh model carrying what is still applied; then revert all and check
+    that nothing is left. Returns the problems (empty: composes)."""
+    pristine = own_state(model)
+    problems = []
+    try:
+        problems += apply_revert_generate(model, references, applies, reverted)
+    except Exception as err:  # noqa: BLE001 - named with its sequence, and the next sequences still run
+        problems.append(f"raised {type(err).__name__}: {str(err)[:200]}")
+    finally:
+        fastpath.revert(model)
+    if not same_state(own_state(model), pristine):
+        problems.append("the full revert left something behind")
+    return problems
+
+
+def apply_revert_generate(model, references, applies, reverted) -> list:
+    done = []
+    for step in applies:
+        before, state = fastpath.applied(model), own_state(model)
+        try:
+            fastpath.apply(model, names_of(step))
+            done.append(step)
+        except REFUSALS:  # refused (conflict, or not exact on this machine): nothing changed, the sequence goes on
+            if fastpath.applied(model) != before or not same_state(own_state(model), state):
+                return [f"the refused apply of {step} changed the model"]
+    still = fastpath.revert(model, names_of(reverted))
+    expected = [n for n in dict.fromkeys(n for s in done for n in names_of(s)) if n not in names_of(reverted)]
+    if still != expected:
+        return [f"revert({reverted}) left {still}, expected {expected}"]
+    diff = compare_runs(references(still), record_generation(model, seed=0, **POINT))
+    return [f"with {still} still applied it differs from a fresh model with them: {diff[:2]}"] if diff else []
+
+
+PAIRS = [(a, b) for a in NAMES for b in NAMES if a != b]
+OTHERS = [n for n in NAMES if n not in fastpath.defaults("cpu")]
+TRIPLES = [(a, b) for i, a in enumerate(OTHERS) for b in OTHERS[i + 1:]]
+
+
 @pytest.mark.cpu
-def test_any_sequence_of_applies_and_reverts_composes(model, fresh):
+def test_every_ordered_pair_composes(model, references):
+    """156 ordered pairs x which one is reverted: 312 sequences, each generated and compared bit for bit."""
+    problems = [f"apply {a}, apply {b}, revert {r}: {p}" for a, b in PAIRS for r in (a, b)
+                for p in run_sequence(model, references, (a, b), r)]
+    assert not problems, f"{len(problems)} problems:\n  " + "\n  ".join(problems[:12])
+
+
+@pytest.mark.cpu
+def test_every_triple_with_the_default_stack_composes(model, references):
+    """The stack, then A, then B (A, B two patches outside it): revert one of the three, generate, compare."""
+    problems = [f"apply the stack, {a}, {b}, revert {r}: {p}" for a, b in TRIPLES for r in (STACK, a, b)
+                for p in run_sequence(model, references, (STACK, a, b), r)]
+    assert not problems, f"{len(problems)} problems:\n  " + "\n  ".join(problems[:12])
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("examples", [pytest.param(8, id="8"), pytest.param(64, id="64", marks=pytest.mark.slow)])
+def test_any_sequence_of_applies_and_reverts_composes(model, fresh, examples):
     pristine = own_state(model)
 
     class Sequences(RuleBasedStateMachine):
@@ -83,5 +169,5 @@ def test_any_sequence_of_applies_and_reverts_composes(model, fresh):
             assert same_state(own_state(model), pristine), "a full revert left something behind"
 
     run_state_machine_as_test(Sequences, settings=settings(
-        max_examples=8, stateful_step_count=6, deadline=None, derandomize=True, database=None,
+        max_examples=examples, stateful_step_count=6, deadline=None, derandomize=True, database=None,
         suppress_health_check=list(HealthCheck)))

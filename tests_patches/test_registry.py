@@ -160,7 +160,6 @@ def test_missing_checkpoint_names_the_fix(tmp_path):
 
 def test_changed_upstream_function_refuses_to_apply(model, monkeypatch):
     """An upstream source that no known version had: refused, naming the function and versions; override works."""
-    monkeypatch.delenv(fingerprints.ENV_ALLOW, raising=False)  # the upstream gate runs this tier with it set
     real = fingerprints.fingerprint
     monkeypatch.setattr(fingerprints, "fingerprint",
                         lambda name: "0" * 16 if name == "OmniVoice._generate_iterative" else real(name))

@@ -1,0 +1,107 @@
+"""The behaviour check compares every field it records: two records of a real setting that differ in one field
+alone, whichever, are reported as changed, naming that field; identical records are not. The fields are taken
+from a real record (harness.behaviour.record_setting on the test checkpoint), so a field added to the record is
+covered without a change here. Without this the check's completeness was exercised only by the gate's slow
+end-to-end runs."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from harness import behaviour
+
+SETTING = "voice_clone_prompt"  # the grid setting used: a voice prompt, so every part of the record is filled
+
+
+@pytest.fixture(scope="module")
+def record(model):
+    rec = behaviour.record_setting(model, SETTING)
+    assert "error" not in rec, rec
+    return rec
+
+
+def changed(value):
+    """`value` with one element moved by the least step its type has (one ulp, one unit, one character)."""
+    if isinstance(value, torch.Tensor):
+        moved = value.clone(memory_format=torch.contiguous_format)
+        flat = moved.view(-1)
+        if moved.is_floating_point():
+            flat[0] = torch.nextafter(flat[0], flat[0] + 1)
+        elif moved.dtype == torch.bool:
+            flat[0] = ~flat[0]
+        else:
+            flat[0] += 1
+        return moved
+    if isinstance(value, str):
+        return value[:-1] + ("1" if value[-1] != "1" else "2")
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, list):
+        assert value, "an empty list has no element to change"
+        return [changed(value[0])] + value[1:]
+    raise AssertionError(f"no way to change a {type(value).__name__}: teach changed() this field's type")
+
+
+def fields(rec) -> list:
+    """Paths of every field of a setting's record: each key of the first and of the last scoring call (whole
+    logits and digests), and every other top-level key."""
+    calls = rec["calls"]
+    assert len(calls) > behaviour.KEEP_LOGITS, "the record should hold whole logits and digests"
+    paths = [("calls", n, key) for n in sorted({0, len(calls) - 1}) for key in calls[n]]
+    return paths + [(key,) for key in rec if key != "calls"]
+
+
+def with_field_changed(rec, path):
+    out = copy.copy(rec)
+    if path[0] == "calls":
+        out["calls"] = list(rec["calls"])
+        call = dict(out["calls"][path[1]])
+        call[path[2]] = changed(call[path[2]])
+        out["calls"][path[1]] = call
+    else:
+        out[path[0]] = changed(rec[path[0]])
+    return out
+
+
+def compare(a, c):
+    return behaviour.compare({"settings": {SETTING: a}}, {"settings": {SETTING: c}})
+
+
+@pytest.mark.cpu
+def test_every_recorded_field_is_compared(record):
+    assert compare(record, copy.deepcopy(record)) == {}, "identical records reported as different"
+    paths = fields(record)
+    assert {p[-1] for p in paths} >= {*behaviour.PARTS, "where", "tokens", "target_lens", "waveforms"}, paths
+    unreported = []
+    for path in paths:
+        found = compare(record, with_field_changed(record, path)).get(SETTING, [])
+        named = [d for d in found if str(path[-1]) in d]
+        if not named:
+            unreported.append(f"{path}: {found or 'no difference reported'}")
+    assert not unreported, "changes the behaviour check does not report:\n  " + "\n  ".join(unreported)
+
+
+@pytest.mark.cpu
+def test_a_field_one_version_records_and_the_other_does_not_is_reported(record):
+    extra = dict(record, new_field=torch.zeros(3))
+    assert compare(record, extra) == {SETTING: ["new_field: recorded by one version only"]}
+    call = dict(record["calls"][0], new_part=torch.zeros(2))
+    more = dict(record, calls=[call] + record["calls"][1:])
+    found = compare(record, more)[SETTING]
+    assert any("scoring call 0" in d and "new_part" in d for d in found), found
+
+
+@pytest.mark.cpu
+def test_the_grid_record_holds_settings_and_the_meta_fields_only(tmp_path):
+    """What compare() leaves out of a record (RECORD_META: the version and the call trace) is all the record holds
+    besides the settings: a new top-level field must be compared or declared meta."""
+    path = tmp_path / "behaviour.pt"
+    behaviour.record(path, names=["one_word"])
+    rec = torch.load(path, weights_only=False)
+    assert set(rec) == {"settings", *behaviour.RECORD_META}, sorted(rec)
+    assert list(rec["settings"]) == ["one_word"] and rec["called"], rec["called"][:5]
