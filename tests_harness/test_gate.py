@@ -243,12 +243,14 @@ def test_the_gates_parity_invocation_passes_the_refusal_tests_on_the_installed_v
     assert ran >= 3 and not result["skipped"], result
 
 
-def test_a_user_blanket_override_becomes_a_review_of_the_installed_fingerprints(monkeypatch):
+def test_a_user_blanket_override_becomes_a_review_of_the_installed_fingerprints(monkeypatch, request):
     """conftest.no_blanket_override: the variable is gone from the tests' environment, the installed fingerprints
     are under review instead, and both are put back after the run."""
     import os
 
-    root = next(m for m in sys.modules.values() if getattr(m, "__file__", None) == str(REPO_ROOT / "conftest.py"))
+    # the root conftest as pytest registered it (sys.modules["conftest"] is whichever conftest.py came last)
+    root = next(p for p in request.config.pluginmanager.get_plugins()
+                if getattr(p, "__file__", None) == str(REPO_ROOT / "conftest.py"))
     monkeypatch.setenv(fingerprints.ENV_ALLOW, "1")
     monkeypatch.delenv(fingerprints.ENV_REVIEWED, raising=False)
     session = dict(root._ENV_BEFORE)  # what this session's own configure changed: kept for its unconfigure
