@@ -75,7 +75,8 @@ def parse_spec(text: str) -> Spec:
     if path.suffix == ".whl":
         if not path.is_file():
             raise CandidateError(f"wheel {path} does not exist; {HOW}")
-        return Spec(text, "wheel", str(path.resolve()), path.stem)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]  # a rebuilt wheel of the same name is new
+        return Spec(text, "wheel", str(path.resolve()), f"{path.stem}-{digest}")
     if path.is_dir():
         pkg = package_folder(path)
         if pkg is None:
@@ -111,7 +112,8 @@ class Env:
     def import_check(self) -> dict:
         """{'ok': True, 'version', 'file'} when `import omnivoice.models.omnivoice` works here, else the error."""
         code = ("import json, importlib.metadata as m, omnivoice.models.omnivoice as o; "
-                "print(json.dumps({'version': m.version('omnivoice'), 'file': o.__file__}))")
+                "d = m.distribution('omnivoice'); "
+                "print(json.dumps({'version': d.version, 'file': o.__file__, 'dist': str(d.locate_file(''))}))")
         done = self.run(["-c", code], timeout=600)
         if done.returncode != 0:
             lines = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]
@@ -120,7 +122,13 @@ class Env:
         info = json.loads(done.stdout.strip().splitlines()[-1])
         if not Path(info["file"]).resolve().is_relative_to(self.site.resolve()):
             return {"ok": False, "error": f"omnivoice imported from {info['file']}, not from {self.site}: the "
-                                          f"candidate is shadowed; delete {self.site.parent.parent.parent} and rerun"}
+                                          f"candidate is shadowed; delete {self.site.parent.parent.parent} and rerun",
+                    "traceback": ""}
+        if Path(info["dist"]).resolve() != self.site.resolve():
+            return {"ok": False, "error": f"no distribution named omnivoice in {self.site} (its version would be read "
+                                          f"from {info['dist']}, this environment's {info['version']}): give a "
+                                          f"candidate whose metadata names it omnivoice (Name: omnivoice in its "
+                                          f"dist-info METADATA)", "traceback": ""}
         return {"ok": True, **info}
 
 

@@ -13,14 +13,16 @@ Checks, in order, each with a status: pass, changed-as-expected, changed, fail o
 | fingerprints | AST fingerprint of every upstream name a patch relies on, vs the `--against` version's source; and of every function of the package, each changed one marked by the behaviour grid's call trace (on the generation path; relied on by patches, directly or transitively); a unified diff per changed one in OUT/fingerprints/ | a relied-on name changed to a fingerprint not recorded as known to work in fastpath/fingerprints.json ("changed": review the diff, and record it only once parity passes); other changed functions are reported, and the behaviour check decides |
 | behaviour | stock generation over harness.behaviour.GRID (every mode and sampler branch; per-step logits, scores, predicted tokens, unmasking order, final tokens, target lengths, waveform), recorded in both versions' environments in this job and compared bit for bit | any difference not accepted by name (`--accept SETTING=REASON`, recorded in the verdict) |
 | goldens | stock output on the tiny checkpoint vs fixtures/goldens/<version>.json, per operating point | never: the record for versions that can no longer be installed |
-| parity | the parity tier (pytest tests_parity) run in the candidate's env, the candidate's fingerprints accepted as under review (FASTPATH_REVIEWED_UPSTREAM; never the blanket override, which would flip tests that assert a refusal) | any test fails or errors |
+| parity | the parity tier (pytest tests_parity) run in the candidate's env, the candidate's fingerprints accepted as under review (FASTPATH_REVIEWED_UPSTREAM; never the blanket override, which would flip tests that assert a refusal), and in the --against env to compare skips | any test fails or errors, or a test that passes on the --against version skips on the candidate (named) |
 | work | exact work counters (FLOPs, LLM calls and positions, head rows, ...) of stock and of the lossless stack on the tiny checkpoint, in both environments, same job | the stack's share of stock's work (stack / stock, per counter) grows by more than WORK_SLACK |
 | rtf | optional interleaved RTF on tiny (`--rtf-rounds N`) | never (noisy, informational) |
 | quality | tests_quality's real-weights tier, when a real checkpoint is given | a test fails |
 
-Exit status: 0 the bump may ship, 1 it must not, 2 the gate could not run (bad candidate, no index), 3 INCOMPLETE:
-a blocking check (fingerprints, behaviour, parity, work) was skipped, run on a subset (--parity-k) or left out
-(--checks), so there is no verdict.
+Exit status: 0 the bump may ship, 1 it must not, 2 the gate could not run (bad candidate, no index, a failing
+install step, or a blocking check that raised or timed out: ERROR, the reason in its row), 3 INCOMPLETE: a
+blocking check (fingerprints, behaviour, parity, work) was skipped, run on a subset (--parity-k) or left out
+(--checks), so there is no verdict. An informational check (goldens, rtf, quality without a finding) that could not
+run is reported as "error" and changes nothing.
 Writes OUT/verdict.json, OUT/verdict.md and each step's log.
 """
 
@@ -46,7 +48,7 @@ from harness import candidate as cand
 from harness import goldens as gold
 from harness.cli import int_at_least
 
-STATUSES = ("pass", "changed-as-expected", "changed", "fail", "skipped")
+STATUSES = ("pass", "changed-as-expected", "changed", "fail", "skipped", "error")  # error: the check could not run
 CHECKS = ("fingerprints", "behaviour", "goldens", "parity", "work", "rtf", "quality")
 BLOCKING = ("fingerprints", "behaviour", "parity", "work")  # without all four there is no verdict
 WORK_SLACK = 0.01  # the stack's work / stock's may grow this much (relative) before the bump is refused
@@ -137,17 +139,28 @@ def rule_behaviour(differences: dict, accepted: dict, settings: int, versions: t
                  f"{', '.join(refused[:6])}{' ...' if len(refused) > 6 else ''}", details)
 
 
-def rule_parity(result: dict) -> Check:
-    """result: {'returncode', 'passed', 'failed': [(test, message)], 'errors': [...], 'skipped': [...]}"""
+def rule_parity(result: dict, against: dict | None = None) -> Check:
+    """result: {'returncode', 'passed', 'passed_tests': [test], 'failed': [(test, message)], 'errors': [...],
+    'skipped': [...]}, of the candidate; against: the same of the --against version, whose passing tests must not
+    skip on the candidate (a release that drops what a test needs turns the test into a skip, not a failure)."""
     bad = result["failed"] + result["errors"]
     counts = (f"{result['passed']} passed, {len(result['failed'])} failed, {len(result['errors'])} errors, "
               f"{len(result['skipped'])} skipped")
+    ran_before = set(against.get("passed_tests", ())) if against else set()
+    newly = [(test, msg) for test, msg in result["skipped"] if test in ran_before]
     details = [f"{test}: {msg}" for test, msg in bad[:20]]
-    details += [f"skipped {test}: {msg}" for test, msg in result["skipped"] if "slow" not in msg][:10]
+    details += [f"ran on {against.get('version', 'the --against version')}, SKIPS on the candidate: {test}: {msg}"
+                for test, msg in newly] if against else []
+    details += [f"skipped {test}: {msg}" for test, msg in result["skipped"]
+                if "slow" not in msg and test not in ran_before][:10]
     if bad or result["returncode"] != 0 or result["passed"] == 0:
         why = "not bit-exact or broken" if bad else f"pytest exit {result['returncode']}"
         return Check("parity", "fail", True, f"{why}: {counts}", details)
-    return Check("parity", "pass", False, f"bit-exact: {counts}", details)
+    if newly:
+        return Check("parity", "fail", True, f"{len(newly)} parity test(s) that ran on the --against version skip "
+                                             f"on the candidate: {counts}", details)
+    compared = f"; skips compared with the --against version's run ({against['passed']} passed)" if against else ""
+    return Check("parity", "pass", False, f"bit-exact: {counts}{compared}", details)
 
 
 def rule_work(candidate: dict, against: dict, candidate_version: str, against_version: str) -> Check:
@@ -207,15 +220,18 @@ def rule_quality(result: dict | None, reason: str = "") -> Check:
 
 def verdict(checks: list) -> dict:
     """ship only when nothing blocks and every BLOCKING check ran whole; a check left out, skipped or run on a
-    subset makes the verdict INCOMPLETE (no answer), unless something already blocks."""
+    subset makes the verdict INCOMPLETE (no answer), unless something already blocks; a BLOCKING check that could
+    not run (status "error": it raised or timed out) makes it ERROR (no answer, exit 2), unless something that ran
+    already blocks. An informational check that could not run is reported and changes nothing."""
     blocking = [c.name for c in checks if c.blocks]
     ran = {c.name: c for c in checks}
+    errors = [n for n in BLOCKING if n in ran and ran[n].status == "error"]
     missing = [n for n in BLOCKING if n not in ran or ran[n].status == "skipped" or "subset" in ran[n].summary]
     if "install" in ran and ran["install"].status == "fail":
-        missing = []  # the candidate does not import: that is the answer
-    state = "must-not-ship" if blocking else "incomplete" if missing else "may-ship"
+        missing = errors = []  # the candidate does not import: that is the answer
+    state = ("must-not-ship" if blocking else "error" if errors else "incomplete" if missing else "may-ship")
     return {"ship": state == "may-ship", "state": state, "blocked_by": blocking, "not_run": missing,
-            "checks": [asdict(c) for c in checks]}
+            "errors": errors, "checks": [asdict(c) for c in checks]}
 
 
 # --- measurements ------------------------------------------------------------------------------------------
@@ -349,7 +365,7 @@ def run_pytest(env, args: list, out: Path, name: str, extra_env=None, timeout=36
 
 
 def parse_junit(path: Path, returncode: int) -> dict:
-    result = {"returncode": returncode, "passed": 0, "failed": [], "errors": [], "skipped": []}
+    result = {"returncode": returncode, "passed": 0, "passed_tests": [], "failed": [], "errors": [], "skipped": []}
     if not path.is_file():
         result["errors"].append(("pytest", f"no junit report (pytest exit {returncode})"))
         return result
@@ -358,6 +374,7 @@ def parse_junit(path: Path, returncode: int) -> dict:
         outcome = next((c for c in case if c.tag in ("failure", "error", "skipped")), None)
         if outcome is None:
             result["passed"] += 1
+            result["passed_tests"].append(test)
             continue
         message = (outcome.get("message") or outcome.text or "").strip().splitlines()
         key = {"failure": "failed", "error": "errors", "skipped": "skipped"}[outcome.tag]
@@ -380,8 +397,17 @@ def parity_args(select: str | None = None) -> list:
     return ["tests_parity"] + (["-k", select] if select else [])
 
 
-def check_parity(env, out: Path, select: str | None = None, version: str = "candidate") -> Check:
-    check = rule_parity(run_pytest(env, parity_args(select), out, "parity", tier_environment(env, version)))
+def check_parity(env, out: Path, select: str | None = None, version: str = "candidate", against=None,
+                 against_version: str = "against") -> Check:
+    """The parity tier in the candidate's environment; with `against`, also in that one, so that a test which
+    passes there and skips on the candidate is named and blocks."""
+    result = run_pytest(env, parity_args(select), out, "parity", tier_environment(env, version))
+    base = None
+    if against is not None:
+        base = run_pytest(against, parity_args(select), out, "parity-against", tier_environment(against,
+                                                                                                 against_version))
+        base["version"] = against_version
+    check = rule_parity(result, base)
     if select:
         check.summary += f" (subset: -k {select!r})"
     return check
@@ -495,7 +521,7 @@ def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, r
                 list(behaviour_records().values()) if "behaviour" in checks else None),
             "behaviour": lambda: check_behaviour(behaviour_records(), versions, accepted or {}),
             "goldens": lambda: check_goldens(env, versions, out),
-            "parity": lambda: check_parity(env, out, parity_select, versions[0]),
+            "parity": lambda: check_parity(env, out, parity_select, versions[0], against, versions[1]),
             "work": lambda: check_work(env, against, versions, out),
             "rtf": lambda: check_rtf(env, against, rtf_rounds, out) if rtf_rounds else rule_rtf([], []),
             "quality": lambda: check_quality(env, checkpoint, out, versions[0]),
@@ -505,10 +531,11 @@ def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, r
             log(f"[gate] {name} ...")
             try:
                 check = steps[name]()
-            except (GateStepError, cand.CandidateError) as err:
-                check = Check(name, "fail", True, str(err))
             except subprocess.TimeoutExpired as err:
-                check = Check(name, "fail", True, f"timed out after {err.timeout:.0f} s: {' '.join(map(str, err.cmd))}")
+                check = Check(name, "error", False, f"could not run: timed out after {err.timeout:.0f} s: "
+                                                    f"{' '.join(map(str, err.cmd))}")
+            except Exception as err:  # noqa: BLE001 - a check that could not run is reported, never a finding
+                check = Check(name, "error", False, f"could not run: {type(err).__name__}: {err}")
             check.details.append(f"took {time.perf_counter() - t0:.0f} s")
             results.append(check)
     report = verdict(results)
@@ -528,6 +555,9 @@ def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, r
 def headline(report: dict) -> str:
     if report["state"] == "must-not-ship":
         return f"MUST NOT SHIP (blocked by: {', '.join(report['blocked_by'])})"
+    if report["state"] == "error":
+        return (f"ERROR: no verdict, blocking checks could not run: {', '.join(report['errors'])} "
+                f"(the reason is in their rows; fix it and rerun)")
     if report["state"] == "incomplete":
         return (f"INCOMPLETE: no verdict, blocking checks not run whole: {', '.join(report['not_run'])} "
                 f"(run them all: drop --checks / --parity-k)")
@@ -607,9 +637,12 @@ def main(argv=None) -> int:
     except cand.CandidateError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except Exception as err:  # noqa: BLE001 - the gate could not run: exit 2 with the reason, never 1
+        print(f"error: the gate could not run: {type(err).__name__}: {err}", file=sys.stderr)
+        return 2
     print(render_table(report))
     print(f"\nwritten: {out / 'verdict.md'}, {out / 'verdict.json'} ({report['seconds']:.0f} s)")
-    return {"may-ship": 0, "must-not-ship": 1, "incomplete": 3}[report["state"]]
+    return {"may-ship": 0, "must-not-ship": 1, "error": 2, "incomplete": 3}[report["state"]]
 
 
 if __name__ == "__main__":

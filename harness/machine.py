@@ -10,12 +10,14 @@ is CUDA, so describing a CPU run never initialises a GPU.
 from __future__ import annotations
 
 import importlib.metadata
+import math
 import os
 import platform
 import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 # Distributions whose versions are recorded. Only torch and omnivoice enter the device key (see device_key).
 RECORDED_PACKAGES = ("torch", "transformers", "omnivoice", "fastpath")
@@ -69,7 +71,8 @@ def summary() -> str:
     """One line for reports: processor, instruction set, cores and threads, system."""
     import torch
 
-    return (f"{cpu_model()} ({isa_tag(cpu_isa())}), {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, "
+    return (f"{cpu_model()} ({isa_tag(cpu_isa())}), {usable_cpus()} usable CPUs of {os.cpu_count()}, "
+            f"{torch.get_num_threads()} torch threads, "
             f"{platform.system()} {platform.machine()}")
 
 
@@ -187,6 +190,45 @@ def gpu_info(device: str) -> dict:
     return info
 
 
+def cgroup_cpu_limit(root: Path = Path("/sys/fs/cgroup"),
+                     proc_cgroup: Path = Path("/proc/self/cgroup")) -> float | None:
+    """The CPU quota of this process's cgroup in CPUs (cgroup v2 `cpu.max`, v1 `cpu.cfs_quota_us` /
+    `cpu.cfs_period_us`), None where there is none: a container limited to 2 CPUs on a 16-core host has
+    os.cpu_count() == 16 but runs like 2."""
+    paths = {"": "/"}
+    try:
+        for line in proc_cgroup.read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            for name in controllers.split(",") if controllers else [""]:
+                paths[name] = path
+    except (OSError, ValueError):
+        pass
+    v2 = [root / paths[""].lstrip("/") / "cpu.max", root / "cpu.max"]
+    for path in v2:
+        try:
+            quota, period = path.read_text().split()[:2]
+        except (OSError, ValueError):
+            continue
+        return None if quota == "max" else int(quota) / int(period)
+    v1 = paths.get("cpu", "/").lstrip("/")
+    for folder in (root / "cpu" / v1, root / "cpu,cpuacct" / v1, root / "cpu", root / "cpu,cpuacct"):
+        try:
+            quota = int((folder / "cpu.cfs_quota_us").read_text())
+            period = int((folder / "cpu.cfs_period_us").read_text())
+        except (OSError, ValueError):
+            continue
+        return None if quota <= 0 or period <= 0 else quota / period
+    return None
+
+
+def usable_cpus(limit: float | None = None, affinity: int | None = None) -> int:
+    """CPUs this process can use: its affinity mask, capped by the cgroup quota (rounded up)."""
+    if affinity is None:
+        affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    limit = cgroup_cpu_limit() if limit is None else limit
+    return min(affinity, math.ceil(limit)) if limit else affinity
+
+
 def machine_info(device: str) -> dict:
     """Hardware and software that a speed measurement on ``device`` ("cpu", "cuda", "cuda:0", "mps") depends on.
 
@@ -202,6 +244,7 @@ def machine_info(device: str) -> dict:
         "device": device,
         "cpu_model": cpu_model(),
         "logical_cores": os.cpu_count(),
+        "usable_cpus": usable_cpus(),  # affinity and cgroup quota: what the key counts
         "physical_cores": physical_cores(),
         "torch_threads": torch.get_num_threads(),
         "isa": cpu_isa(),
@@ -229,8 +272,10 @@ def slug(text: str) -> str:
 def device_key(info: dict) -> str:
     """Stable, filename-safe key for the hardware and speed-relevant software in ``info`` (from machine_info).
 
-    CPU:  ``cpu-<model>-<isa tag>-<logical cores>c-<torch threads>t__torch-<v>__omnivoice-<v>`` (isa_tag: the
-          capability, e.g. avx512 or avx2, the kernel-selecting extensions, and ISA caps set in the environment)
+    CPU:  ``cpu-<model>-<isa tag>-<usable cpus>c-<torch threads>t__torch-<v>__omnivoice-<v>`` (isa_tag: the
+          capability, e.g. avx512 or avx2, the kernel-selecting extensions, and ISA caps set in the environment;
+          usable cpus: the affinity mask capped by the cgroup quota, so containers limited to 2 and to 16 CPUs on
+          one host get different keys; the logical core count for records made before it was recorded)
     CUDA: ``cuda-<gpu name>__torch-<v>__omnivoice-<v>`` (torch's local tag, e.g. +cu130, carries the CUDA build)
     MPS:  ``mps-<cpu model>__torch-<v>__omnivoice-<v>``
 
@@ -249,7 +294,7 @@ def device_key(info: dict) -> str:
     elif device.startswith("mps"):
         hardware = f"mps-{slug(str(info.get('cpu_model', 'apple')))}"
     else:
-        cores, threads = info.get("logical_cores"), info.get("torch_threads")
+        cores, threads = info.get("usable_cpus") or info.get("logical_cores"), info.get("torch_threads")
         isa = info.get("isa")
         if not isa:
             raise ValueError("the machine info has no 'isa' (recorded before the CPU capability entered the key); "

@@ -116,7 +116,8 @@ def test_every_listed_control_exists_and_runs_where_the_table_says(request):
             continue
         run = runs(row["runs"])
         if not any(run(n, marks) for n, marks in params.items()):
-            wrong.append(f"{row['test']}: {row['runs']} does not run it (marks: {sorted(set().union(*params.values()))})")
+            marks = sorted(set().union(*params.values()))
+            wrong.append(f"{row['test']}: {row['runs']} does not run it (marks: {marks})")
     assert not wrong, "docs/controls.md is out of date:\n  " + "\n  ".join(wrong)
 
 

@@ -65,6 +65,19 @@ def parity_result(passed=10, failed=(), errors=(), skipped=(), returncode=0):
             "skipped": list(skipped)}
 
 
+def test_a_parity_test_that_ran_before_and_skips_now_blocks_by_name():
+    """A release that drops what a test needs (e.g. VoiceClonePrompt.save) turns that test into a skip, not a
+    failure: the gate compares with the --against version's run and names it."""
+    before = parity_result(passed=2) | {"passed_tests": ["t::saved_prompt", "t::other"], "version": "0.2.1"}
+    now = parity_result(passed=1, skipped=[("t::saved_prompt", "needs VoiceClonePrompt.save"), ("t::x", "slow")])
+    check = gate.rule_parity(now, before)
+    assert (check.status, check.blocks) == ("fail", True), check
+    assert any("SKIPS on the candidate: t::saved_prompt" in d for d in check.details), check.details
+    assert gate.rule_parity(now).status == "pass", "without a comparison run a skip is only listed"
+    same = parity_result(passed=2, skipped=[("t::x", "slow")])
+    assert gate.rule_parity(same, before).status == "pass"
+
+
 def test_parity_rules():
     assert gate.rule_parity(parity_result()).status == "pass"
     failing = gate.rule_parity(parity_result(failed=[("t", "not bit-exact")], returncode=1))
@@ -121,6 +134,64 @@ def test_verdict_ships_only_when_every_blocking_check_ran_whole():
     assert "INCOMPLETE" in gate.headline({**gate.verdict(skipped), "blocked_by": []})
     with pytest.raises(ValueError, match="status"):
         gate.Check("a", "ok", False, "")
+
+
+class FakeEnv:
+    """A candidate environment that imports, for run_gate's own logic (the checks themselves are replaced)."""
+
+    spec = cand.Spec("fake", "current", "", "fake")
+    python, site, notes = "python", "site", ()
+
+    def import_check(self):
+        return {"ok": True, "version": "9.9.9", "file": "x"}
+
+
+def gate_with(monkeypatch, tmp_path, failing: dict) -> dict:
+    """run_gate with every check passing except `failing` ({check: exception to raise})."""
+    monkeypatch.setattr(cand, "prepare", lambda spec, fresh=False: FakeEnv())
+    passing = {"fingerprints": "check_fingerprints", "behaviour": "check_behaviour", "goldens": "check_goldens",
+               "parity": "check_parity", "work": "check_work", "rtf": "check_rtf", "quality": "check_quality"}
+
+    def step(name):
+        def run(*args, **kwargs):
+            if name in failing:
+                raise failing[name]
+            return gate.Check(name, "pass", False, "ok")
+        return run
+
+    for name, function in passing.items():
+        monkeypatch.setattr(gate, function, step(name))
+    monkeypatch.setattr(gate, "run_behaviour", lambda *a, **k: {"settings": {}})
+    return gate.run_gate("omnivoice==9.9.9", "current", tmp_path, rtf_rounds=1, log=lambda msg: None)
+
+
+@pytest.mark.parametrize("name", ["goldens", "rtf", "quality"])
+def test_an_informational_check_that_crashes_is_reported_and_blocks_nothing(monkeypatch, tmp_path, name):
+    report = gate_with(monkeypatch, tmp_path, {name: RuntimeError("boom")})
+    checks = {c["name"]: c for c in report["checks"]}
+    assert report["state"] == "may-ship", gate.render_table(report)
+    assert checks[name]["status"] == "error" and not checks[name]["blocks"] and "boom" in checks[name]["summary"]
+
+
+@pytest.mark.parametrize("error", [gate.GateStepError("probe failed"), RuntimeError("boom"),
+                                   subprocess.TimeoutExpired(["python", "-m", "x"], 1800)],
+                         ids=["step-error", "crash", "timeout"])
+def test_a_blocking_check_that_cannot_run_is_an_error_not_a_verdict(monkeypatch, tmp_path, error):
+    report = gate_with(monkeypatch, tmp_path, {"work": error})
+    assert report["state"] == "error" and report["errors"] == ["work"], gate.render_table(report)
+    assert "ERROR" in gate.headline(report) and "could not run" in {c["name"]: c for c in report["checks"]}["work"][
+        "summary"]
+    monkeypatch.setattr(gate, "run_gate", lambda *a, **k: report)
+    assert gate.main(["omnivoice==9.9.9", "--out", str(tmp_path / "o")]) == 2
+
+
+def test_any_failure_to_set_up_the_gate_exits_2_with_the_reason(monkeypatch, tmp_path, capsys):
+    def broken(*args, **kwargs):
+        raise subprocess.CalledProcessError(1, ["python", "-m", "venv"])
+
+    monkeypatch.setattr(gate, "run_gate", broken)
+    assert gate.main(["omnivoice==9.9.9", "--out", str(tmp_path)]) == 2
+    assert "could not run" in capsys.readouterr().err
 
 
 def test_behaviour_rule_blocks_unless_each_setting_is_accepted_by_name():
@@ -190,6 +261,32 @@ def test_bad_candidate_names_the_fix(tmp_path):
     with pytest.raises(cand.CandidateError, match="holds no omnivoice package"):
         cand.parse_spec(str(tmp_path))
     assert gate.main([str(tmp_path)]) == 2
+
+
+def test_a_rebuilt_wheel_of_the_same_name_is_a_new_candidate(tmp_path):
+    wheel = tmp_path / "omnivoice-9.9.9-py3-none-any.whl"
+    wheel.write_bytes(b"first build")
+    first = cand.parse_spec(str(wheel))
+    wheel.write_bytes(b"second build")
+    second = cand.parse_spec(str(wheel))
+    assert first.name != second.name and first.name.startswith(wheel.stem), (first.name, second.name)
+
+
+def test_a_candidate_without_an_omnivoice_distribution_is_refused_not_read_as_the_current_version(tmp_path):
+    """Its package imports from the candidate's venv, but importlib.metadata would find this environment's
+    omnivoice dist-info through the shared-site .pth and report the current version."""
+    source = cand.edited_copy(tmp_path / "src", {}, "9.9.9+renamed")
+    info = next((tmp_path / "src").glob("omnivoice-*.dist-info"))
+    info.rename(tmp_path / "src" / "other_name-9.9.9.dist-info")  # a distribution of another name
+    (tmp_path / "src" / "other_name-9.9.9.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: other-name\nVersion: 9.9.9\n")
+    env = cand.prepare(cand.parse_spec(str(source)), root=tmp_path / "venvs")
+    for stray in env.site.glob("omnivoice-*.dist-info"):  # _copy_source writes 0+local when none is named omnivoice
+        import shutil
+
+        shutil.rmtree(stray)
+    found = env.import_check()
+    assert not found["ok"] and "no distribution named omnivoice" in found["error"], found
 
 
 def test_source_fingerprints_equal_the_installed_ones():

@@ -11,6 +11,7 @@ version's goldens with `python -m harness.goldens --record` once the change is u
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 
@@ -116,3 +117,18 @@ def test_every_goldens_file_has_the_portable_parts_and_hashes_for_both_instructi
             assert all(part in point for part in goldens.TOLERANCES), (version, name)
         caps = {key.split("__")[1].split("+")[0] for key in goldens.exact_keys(data)}
         assert {"avx512", "avx2"} <= caps, (version, goldens.exact_keys(data))
+
+
+# torch's CPU capabilities (torch.backends.cpu.get_cpu_capability(), lower case) and what isa_tag appends
+NUMERICS_KEY = re.compile(r"^[a-z0-9.-]+__(default|avx2|avx512|sve\d*|vsx|zvector)(\+[a-z0-9]+)*(~[a-z0-9-]+)*"
+                          r"__\d+t__torch-[a-z0-9.-]+$")
+
+
+def test_every_recorded_numerics_key_is_one_the_key_function_can_produce(known):
+    """A key numerics_key() can no longer produce (e.g. recorded before the instruction set entered it) never
+    matches again: its exact hashes are dead weight and the machines they came from skip the exact comparison."""
+    assert NUMERICS_KEY.match(numerics_key()), numerics_key()
+    stale = {version: [k for k in goldens.exact_keys(data) if not NUMERICS_KEY.match(k)]
+             for version, data in known.items()}
+    stale = {v: keys for v, keys in stale.items() if keys}
+    assert not stale, f"goldens hold exact hashes under keys no machine produces now: {stale}; migrate or remove them"

@@ -115,4 +115,4 @@ def test_tiny_checkpoint_sees_target_lengths_that_stress_kernels(model):
         task = model._preprocess_all(**{k: v for k, v in POINTS[name].items() if k in ("text", "language")})
         lens += task.target_lens
     assert min(lens) < 40, f"shortest target is {min(lens)} frames; add a shorter text to POINTS"
-    assert torch.get_num_threads() >= 1
+    assert len(set(lens)) > 1, f"all targets are {lens[0]} frames: the mixed batch has no second length"

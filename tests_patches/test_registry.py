@@ -7,6 +7,7 @@ lossless patch is caught: tests_parity/test_mutations.py.)
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -16,6 +17,7 @@ import torch
 import fastpath
 from fastpath import fingerprints
 from fastpath.instance import WARNINGS_ATTR
+from harness import REPO_ROOT
 from harness.checkpoint import (
     CheckpointError,
     check_checkpoint_folder,
@@ -69,9 +71,20 @@ def test_patch_is_registered_completely(name):
         assert (name,) in PATCH_SETS, f"lossless patch {name} has no bit-exact parity test"
 
 
-def test_lossless_and_lossy_are_kept_apart():
-    assert set(fastpath.LOSSLESS) == {n for n, p in fastpath.PATCHES.items() if p.lossless}
-    assert tuple(fastpath.LOSSLESS) in PATCH_SETS, "the whole lossless stack has no parity test"
+def test_lossless_and_lossy_are_kept_apart(model):
+    """What the docs call lossless is what the registry applies by default, and no lossy patch is on by default
+    where bit-exactness is claimed (CPU, MPS)."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    # the patch table: | `name` | lossless | meant for (devices) | what it removes |
+    documented = {m.group(1) for m in re.finditer(r"^\| `(\w+)` \| yes \| (?:cpu|cuda|mps)", readme, re.M)}
+    assert documented == set(fastpath.LOSSLESS), f"README's patch table says lossless: {sorted(documented)}"
+    for device in ("cpu", "mps"):
+        lossy = set(fastpath.defaults(device)) - set(fastpath.LOSSLESS)
+        assert not lossy, f"lossy patches {sorted(lossy)} are on by default on {device}"
+    try:
+        assert fastpath.apply(model) == list(fastpath.LOSSLESS), "apply(model) applies more than the lossless set"
+    finally:
+        fastpath.revert(model)
 
 
 @pytest.mark.cpu

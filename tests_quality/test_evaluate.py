@@ -96,6 +96,72 @@ def test_generate_set_caches_on_disk_by_checkpoint_config_seed_and_text():
     assert len(model.calls) == 8, f"each key change must regenerate; got {len(model.calls)} calls"
 
 
+@pytest.mark.parametrize("part", ["patch", "patch setting", "synthesize", "fastpath source", "omnivoice source",
+                                  "omnivoice version", "torch", "transformers", "dtype", "weights", "checkpoint"])
+def test_audio_cache_key_changes_with_everything_that_decides_the_audio(model, part):
+    """Each part alone makes a new entry (the old key named only checkpoint id, version, config, seed, text and
+    prompt: after a change to a lossy patch the tier scored the old audio)."""
+
+    def key():
+        return evaluate.audio_key(model, {"num_step": 2}, 7, "red green", checkpoint_id="ck")
+
+    original = before = key()
+    assert key() == before, "the key is not stable"
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        changed_key(model, part, key, before, monkeypatch)
+    assert key() == original, "the model was not put back as it was"
+
+
+def changed_key(model, part, key, before, monkeypatch):
+    """Change `part` alone, check the key moved, put the model back."""
+    import fastpath
+    from fastpath import loop
+    from harness import machine
+
+    restore = []
+    if part == "patch":
+        fastpath.apply(model, "sliced_heads")
+        restore.append(lambda: fastpath.revert(model))
+    elif part == "patch setting":
+        fastpath.apply(model, "prefix_kv_cache")
+        restore.append(lambda: fastpath.revert(model))
+        before = key()
+        loop.set_prefix_refresh(model, 4)
+    elif part == "synthesize":
+        after = evaluate.audio_key(model, {"num_step": 2}, 7, "red green", checkpoint_id="ck",
+                                   synthesize=lambda **kw: None)
+        assert after != before
+        return
+    elif part in ("fastpath source", "omnivoice source"):
+        real = evaluate.tree_digest
+        target = "fastpath" if part == "fastpath source" else "omnivoice"
+        monkeypatch.setattr(evaluate, "tree_digest", lambda folder: "edited" if Path(folder).name == target
+                            else real(folder))
+    elif part in ("omnivoice version", "transformers"):
+        name = "omnivoice" if part == "omnivoice version" else "transformers"
+        real_version = machine.package_version
+        monkeypatch.setattr(machine, "package_version", lambda n: "0+local" if n == name else real_version(n))
+    elif part == "torch":
+        monkeypatch.setattr(torch, "__version__", "9.9.9")
+    elif part == "dtype":
+        model.to(torch.float64)
+        restore.append(lambda: model.to(torch.float32))
+    elif part == "weights":
+        weight = model.audio_heads.weight
+        saved = weight.detach()[0, 0].clone()
+        with torch.no_grad():
+            weight[0, 0] += 1.0
+        restore.append(lambda: weight.data[0, 0].copy_(saved))
+    elif part == "checkpoint":
+        assert evaluate.audio_key(model, {"num_step": 2}, 7, "red green", checkpoint_id="other") != before
+        return
+    try:
+        assert key() != before, f"{part} changed and the audio key did not"
+    finally:
+        for undo in restore:
+            undo()
+
+
 def test_generate_set_with_several_seeds_groups_by_sentence():
     clips = evaluate.generate_set(FakeModel(), SENTENCES, {}, seeds=(0, 1), checkpoint_id="ck")
     assert [c.id for c in clips] == ["s1#s0", "s2#s0", "s1#s1", "s2#s1"]

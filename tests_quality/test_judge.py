@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from harness.installed import require_module
 from harness.quality import judge as judge_mod
 from harness.quality import wer
 
@@ -20,6 +21,25 @@ def test_identity_records_model_hash_compute_type_and_decoding(judge):
     assert (d["language"], d["temperature"], d["condition_on_previous_text"], d["without_timestamps"],
             d["vad_filter"]) == ("en", 0.0, False, True, False), d
     assert isinstance(d["beam_size"], int)
+
+
+@pytest.mark.parametrize("change", ["faster-whisper", "ctranslate2", "cpu isa", "CT2_FORCE_CPU_ISA"])
+def test_identity_changes_with_the_engine_and_the_instruction_set(judge, monkeypatch, change):
+    """The transcript cache is keyed by the identity: a new engine or another instruction set must not meet the
+    transcripts cached under the old one."""
+    from harness import machine
+
+    before = judge_mod.judge_identity(judge.path, judge.compute_type)
+    assert before == judge.identity
+    if change in ("faster-whisper", "ctranslate2"):
+        real = machine.package_version
+        monkeypatch.setattr(machine, "package_version", lambda n: "99.0" if n == change else real(n))
+    elif change == "cpu isa":
+        real_isa = machine.cpu_isa
+        monkeypatch.setattr(machine, "cpu_isa", lambda: {**real_isa(), "capability": "other"})
+    else:
+        monkeypatch.setenv("CT2_FORCE_CPU_ISA", "GENERIC")
+    assert judge_mod.judge_identity(judge.path, judge.compute_type) != before, change
 
 
 def test_transcribes_espeak_speech_deterministically(judge, dev_renders):
@@ -39,6 +59,6 @@ def test_missing_judge_folder_names_the_fix(tmp_path):
 
 
 def test_unknown_model_name_is_never_downloaded():
-    pytest.importorskip("faster_whisper", reason="pip install -e . --group quality")
+    require_module("faster_whisper", "pip install -e . --group quality")
     with pytest.raises(FileNotFoundError, match="local Hugging Face cache"):
         judge_mod.resolve_judge("fastpath-test/no-such-whisper")

@@ -6,9 +6,10 @@ import jiwer
 import numpy as np
 import pytest
 
+from harness.installed import require_module
 from harness.quality import wer
 
-pytest.importorskip("whisper_normalizer", reason="pip install -e . --group quality (package whisper-normalizer)")
+require_module("whisper_normalizer", "pip install -e . --group quality (package whisper-normalizer)")
 
 
 @pytest.mark.parametrize(

@@ -196,9 +196,40 @@ def test_device_key_is_stable_filename_safe_and_tracks_speed_relevant_fields():
     assert changed(torch="9.9.9+cu999") != key
     assert changed(omnivoice="9.9.9") != key
     assert changed(torch_threads=97) != key
-    assert changed(logical_cores=97) != key
+    assert changed(usable_cpus=97) != key
+    assert changed(logical_cores=97, usable_cpus=None) != key  # a record made before usable_cpus: logical cores
     assert changed(cpu_model="Other CPU") != key
     assert changed(transformers="9.9.9") == key, "transformers moved the key; it is recorded, not keyed"
+
+
+@pytest.mark.parametrize("files, cgroup, limit", [
+    ({"cpu.max": "200000 100000\n"}, "0::/\n", 2.0),  # cgroup v2 at the root
+    ({"job/cpu.max": "150000 100000\n"}, "0::/job\n", 1.5),  # v2, the process's own cgroup
+    ({"cpu.max": "max 100000\n"}, "0::/\n", None),  # v2 without a quota
+    ({"cpu/docker/x/cpu.cfs_quota_us": "1600000\n", "cpu/docker/x/cpu.cfs_period_us": "100000\n"},
+     "4:cpu,cpuacct:/docker/x\n", 16.0),  # v1
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, "4:cpu,cpuacct:/\n", None),  # v1 none
+], ids=["v2-root", "v2-own", "v2-max", "v1", "v1-none"])
+def test_cgroup_cpu_limits_are_read(tmp_path, files, cgroup, limit):
+    from harness.machine import cgroup_cpu_limit
+
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    (tmp_path / "self-cgroup").write_text(cgroup)
+    assert cgroup_cpu_limit(tmp_path, tmp_path / "self-cgroup") == limit
+
+
+def test_containers_limited_to_2_and_to_16_cpus_on_one_host_get_different_keys():
+    from harness.machine import usable_cpus
+
+    info = machine_info("cpu")
+    host = dict(info, logical_cores=64)
+    two = device_key(dict(host, usable_cpus=usable_cpus(limit=2.0, affinity=64)))
+    sixteen = device_key(dict(host, usable_cpus=usable_cpus(limit=16.0, affinity=64)))
+    assert two != sixteen and "-2c-" in two and "-16c-" in sixteen, (two, sixteen)
+    assert usable_cpus(limit=None, affinity=8) == 8 and usable_cpus(limit=1.5, affinity=8) == 2
+    assert info["usable_cpus"] == usable_cpus()
 
 
 def test_device_key_for_cuda_uses_the_gpu_and_refuses_a_missing_one():
@@ -250,3 +281,23 @@ def test_reads_a_real_pytest_benchmark_json(tmp_path):
     assert rtf.metric == "rtf" and rtf.samples == (0.40, 0.41, 0.39, 0.42, 0.40, 0.41) and rtf.max_slowdown == 0.15
     plain = run.points["test_plain"]
     assert plain.metric == "seconds" and len(plain.samples) == 7 and all(s > 0 for s in plain.samples)
+
+
+def test_every_stored_baseline_has_a_key_the_key_function_produces_from_its_machine():
+    """A file whose device key device_key() no longer produces from the file's own machine info never matches a
+    run again (a key from before the instruction set entered it): the slow gate would skip on those machines."""
+    files = sorted((REPO / "baselines").glob("c*-*.json"))
+    assert files, "no per-device baselines found"
+    wrong = []
+    for path in files:
+        data = json.loads(path.read_text())
+        if data.get("format") != baselines.FORMAT:
+            continue
+        try:
+            key = device_key(data["machine"])
+        except ValueError as err:
+            wrong.append(f"{path.name}: {err}")
+            continue
+        if key != data["device_key"] or path.stem != key:
+            wrong.append(f"{path.name}: recorded key {data['device_key']}, its machine gives {key}")
+    assert not wrong, "stale baselines (re-measure on that machine, or remove):\n  " + "\n  ".join(wrong)

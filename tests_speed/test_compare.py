@@ -105,6 +105,16 @@ def test_thirty_percent_slowdown_on_three_samples_cannot_reach_alpha():
     assert "1/C(6,3) = 0.05" in message, message
 
 
+def test_a_twofold_slowdown_with_a_tie_is_flagged():
+    """Timings rounded to the millisecond tie easily; the rule's test stays exact (scipy's default would switch to
+    the normal approximation at the tie and give p = 0.0025 > alpha: a 2x slowdown passed)."""
+    base = point([1.00, 1.01, 1.02, 1.03, 1.04, 1.05])
+    new = point([2.0, 2.0, 2.1, 2.2, 2.3, 2.4])
+    verdict = compare_point(base, new)
+    assert verdict.verdict == "regressed", verdict
+    assert verdict.p_value == pytest.approx(min_p_value(6, 6)), verdict.p_value  # the floor check_reachable assumes
+
+
 # ---- detection and false alarms ----------------------------------------------------------------------------------
 
 

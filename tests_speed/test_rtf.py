@@ -18,6 +18,7 @@ import pytest
 
 import fastpath
 from harness import REPO_ROOT
+from harness.installed import require_module
 from harness.machine import device_key, hardware_key, machine_info
 from harness.points import point
 from harness.speed import bench
@@ -78,7 +79,7 @@ def test_lossless_stack_stays_above_its_ratio_floor(full_model, full_checkpoint,
 
 @pytest.fixture(scope="module")
 def peer_variants(full_checkpoint):
-    pytest.importorskip("omnivoice_fastpath", reason=f"the public package is not installed: {bench.PEERS_INSTALL}")
+    require_module("omnivoice_fastpath", f"the public package is not installed: {bench.PEERS_INSTALL}")
     specs = [bench.parse_variant(n, "cpu", "fp32") for n in ("stock", "peer", "lossless")]
     return bench.build_variants(full_checkpoint, specs, "cpu")
 

@@ -1,7 +1,10 @@
 """Generation harness: generate_set -> transcribe_set -> score, with on-disk caches shared by xdist workers.
 
-Caches live under env FASTPATH_CACHE or <repo>/.cache/: audio/ keyed by (checkpoint identity, omnivoice
-version, config, seed, text, voice prompt), transcripts/ keyed by (audio sha256, judge identity). Every write
+Caches live under env FASTPATH_CACHE or <repo>/.cache/: audio/ keyed by everything that decides a waveform
+(audio_key: the checkpoint's id and its loaded weights' digest, the generating code, i.e. the sources of the
+installed omnivoice and fastpath, the patches applied with their settings and the synthesizer, torch and
+transformers versions, device and dtype; then config, seed, text, voice prompt), transcripts/ keyed by (audio
+sha256, judge identity: weights, decoding, engine versions and instruction set). Every write
 goes to a temp file in the same folder and is moved into place with os.replace, so concurrent workers only
 ever see whole files.
 """
@@ -99,6 +102,79 @@ def _voice_prompt_identity(prompt) -> str | None:
     return _sha256(tokens.tobytes(), prompt.ref_text.encode(), repr(float(prompt.ref_rms)).encode())[:16]
 
 
+def tree_digest(folder: Path) -> str:
+    """sha256 over the relative paths and bytes of a package folder's .py and .json files."""
+    h = hashlib.sha256()
+    for path in sorted(Path(folder).rglob("*")):
+        if path.suffix in (".py", ".json") and "__pycache__" not in path.parts:
+            h.update(str(path.relative_to(folder)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def weights_digest(model) -> str | None:
+    """sha256 over the loaded parameters and buffers (names, shapes, dtypes, bytes): the checkpoint's content as it
+    was generated with, whatever it was loaded from (a folder, a hub id). About 1 s a GB."""
+    if not hasattr(model, "state_dict"):
+        return None
+    import torch
+
+    h = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        t = tensor.detach().cpu().contiguous()
+        h.update(f"{name} {tuple(t.shape)} {t.dtype}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy())  # the bytes, whatever the dtype (bf16 has no numpy)
+    return h.hexdigest()[:16]
+
+
+def code_identity(model, synthesize: Callable | None = None) -> dict:
+    """What generates the audio besides its inputs: the installed omnivoice and fastpath sources, the patches
+    applied to this model and their settings, the synthesizer, torch and transformers, device and dtype."""
+    import inspect
+
+    import omnivoice
+    import torch
+
+    import fastpath
+    from fastpath import loop, registry
+    from harness import machine
+
+    first = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+    if synthesize is None:
+        synth = None
+    else:
+        try:
+            synth = f"{synthesize.__module__}.{synthesize.__qualname__}:" + _sha256(
+                inspect.getsource(synthesize).encode())[:12]
+        except (OSError, TypeError):
+            synth = f"{getattr(synthesize, '__module__', '?')}.{getattr(synthesize, '__qualname__', repr(synthesize))}"
+    return {
+        "omnivoice": machine.package_version("omnivoice"),
+        "omnivoice_sources": tree_digest(Path(omnivoice.__file__).parent),
+        "fastpath_sources": tree_digest(Path(fastpath.__file__).parent),
+        "patches": list(getattr(model, "__dict__", {}).get(registry.APPLIED_ATTR, [])),
+        "patch_settings": {"loop": sorted(getattr(model, "__dict__", {}).get(loop.FLAGS_ATTR, ())),
+                           "prefix_refresh": getattr(model, "__dict__", {}).get(loop.REFRESH_ATTR)},
+        "synthesize": synth,
+        "torch": torch.__version__,
+        "transformers": machine.package_version("transformers"),
+        "device": str(first.device) if first is not None else "cpu",
+        "dtype": str(first.dtype) if first is not None else None,
+    }
+
+
+def audio_key(model, config: dict, seed: int, text: str, voice_prompt=None, checkpoint_id: str | None = None,
+              synthesize: Callable | None = None, *, weights: str | None = None, code: dict | None = None) -> str:
+    """The cache key of one generated clip: every part that decides it (module docstring). `weights` and `code`
+    (weights_digest, code_identity of this model) may be given when computed once for a whole set."""
+    if checkpoint_id is None:
+        checkpoint_id = checkpoint_identity(getattr(model.config, "_name_or_path", "") or type(model).__name__)
+    parts = {"checkpoint": checkpoint_id, "weights": weights if weights is not None else weights_digest(model),
+             "code": code if code is not None else code_identity(model, synthesize), "config": config,
+             "voice_prompt": _voice_prompt_identity(voice_prompt), "seed": seed, "text": text}
+    return _sha256(json.dumps(parts, sort_keys=True, default=str).encode())[:32]
+
+
 def generate_set(
     model,
     sentences: Sequence[corpus.Item],
@@ -116,25 +192,18 @@ def generate_set(
     apart. synthesize: (**generate kwargs) -> waveform in place of `model.generate(...)[0]`, e.g. the concatenated
     `fastpath.stream`.
     """
-    import omnivoice
     import torch
 
-    if checkpoint_id is None:
-        checkpoint_id = checkpoint_identity(getattr(model.config, "_name_or_path", "") or type(model).__name__)
     kwargs = {k: v for k, v in config.items() if k != "tag"}
-    fixed = {
-        "checkpoint": checkpoint_id,
-        "omnivoice": getattr(omnivoice, "__version__", "unknown"),
-        "config": config,
-        "voice_prompt": _voice_prompt_identity(voice_prompt),
-    }
+    weights, code = weights_digest(model), code_identity(model, synthesize)  # once per set
     make = synthesize or (lambda **kw: model.generate(**kw)[0])
     clips = []
     for base in seeds:
         for item in sentences:
             seed = sentence_seed(item.id, base)
-            key = json.dumps({**fixed, "seed": seed, "text": item.text}, sort_keys=True, default=str)
-            path = cache_dir("audio") / (_sha256(key.encode())[:32] + ".wav")
+            key = audio_key(model, config, seed, item.text, voice_prompt, checkpoint_id, synthesize, weights=weights,
+                            code=code)
+            path = cache_dir("audio") / (key + ".wav")
             if path.exists():
                 wav, sr = sf.read(path, dtype="float32")
             else:

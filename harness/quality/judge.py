@@ -126,12 +126,24 @@ def load_judge(name: str | None = None, compute_type: str = "float32", cpu_threa
         raise ImportError("faster-whisper is missing: pip install -e . --group quality") from e
     path = resolve_judge(name)
     model = WhisperModel(str(path), device="cpu", compute_type=compute_type, cpu_threads=cpu_threads)
-    identity = json.dumps(
+    return Judge(model=model, path=path, compute_type=compute_type, identity=judge_identity(path, compute_type))
+
+
+def judge_identity(path: Path, compute_type: str) -> str:
+    """Everything a transcript depends on: the weights, the decoding settings, the engine (faster-whisper and
+    CTranslate2 versions) and the instruction set it runs (CTranslate2 picks its kernels by the CPU's, and
+    CT2_FORCE_CPU_ISA caps it). Transcript caches are keyed by it and wer.score_set refuses to compare sets judged
+    under two identities (JudgeMismatch), so an upgraded engine never meets another engine's cached transcripts."""
+    from harness import machine
+
+    return json.dumps(
         {"model": path.name if path.name != "model" else path.parent.name + "/model",
          "model_bin_sha256": _sha256(path / "model.bin")[:16],
          "compute_type": compute_type,
          "decode": DECODE,
-         "decode_over_30s": DECODE_LONG},
+         "decode_over_30s": DECODE_LONG,
+         "engine": {name: machine.package_version(name) for name in ("faster-whisper", "ctranslate2")},
+         "cpu_isa": machine.isa_tag(machine.cpu_isa()),
+         "ct2_force_cpu_isa": os.environ.get("CT2_FORCE_CPU_ISA")},
         sort_keys=True,
     )
-    return Judge(model=model, path=path, compute_type=compute_type, identity=identity)

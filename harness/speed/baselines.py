@@ -5,7 +5,7 @@ A baseline is one JSON file per device key, ``baselines/<device_key>.json``::
     {
       "format": "fastpath-speed-baseline",
       "format_version": 1,
-      "device_key": "cpu-amd-epyc-2c-2t__torch-2.14.1__omnivoice-0.2.1",
+      "device_key": "cpu-amd-epyc-avx2-2c-2t__torch-2.14.1__omnivoice-0.2.1",
       "machine": {...machine_info(device)...},
       "created_utc": "2025-01-01T00:00:00+00:00",
       "command": "pytest tests_speed -m slow --save-baseline",
@@ -96,8 +96,14 @@ def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
     return f"{head}-dirty" if dirty else head
 
 
-def check_samples(samples: object, where: str, fix: str) -> tuple[float, ...]:
-    """Samples as floats, or BaselineError when they are missing, empty, non-numeric, non-finite or not positive."""
+# Metrics that are waits, not timings: 0 is a measurement (a device that keeps up with playback never waits), and a
+# base median of 0 is compared by its slack (harness.speed.compare): a new median above it, significantly, regresses.
+NON_NEGATIVE = {"underrun": 0.1}  # metric -> seconds of median wait allowed where the base never waited
+
+
+def check_samples(samples: object, where: str, fix: str, metric: str = "rtf") -> tuple[float, ...]:
+    """Samples as floats, or BaselineError when they are missing, empty, non-numeric, non-finite, or below the
+    metric's domain (timings > 0; the NON_NEGATIVE metrics >= 0)."""
     if not isinstance(samples, (list, tuple)):
         raise BaselineError(f"{where}: 'samples' is {type(samples).__name__}, expected a list of numbers. {fix}")
     if not samples:
@@ -106,12 +112,15 @@ def check_samples(samples: object, where: str, fix: str) -> tuple[float, ...]:
     if bad:
         raise BaselineError(f"{where}: 'samples' holds non-numbers {bad[:3]!r}. {fix}")
     values = tuple(float(s) for s in samples)
-    bad = [v for v in values if not math.isfinite(v) or v <= 0]
+    if metric in NON_NEGATIVE:
+        bad = [v for v in values if not math.isfinite(v) or v < 0]
+        kind, rule = "negative", f"a {metric} (seconds waited) must be a finite number >= 0"
+    else:
+        bad = [v for v in values if not math.isfinite(v) or v <= 0]
+        kind, rule = "non-positive", "a timing must be a positive finite number"
     if bad:
-        raise BaselineError(
-            f"{where}: 'samples' holds {len(bad)} non-finite or non-positive value(s), e.g. {bad[0]!r}; "
-            f"a timing must be a positive finite number. {fix}"
-        )
+        raise BaselineError(f"{where}: 'samples' holds {len(bad)} non-finite or {kind} value(s), e.g. {bad[0]!r}; "
+                            f"{rule}. {fix}")
     return values
 
 
@@ -143,7 +152,7 @@ def baseline_points(data: dict, source: str, fix: str) -> dict[str, PointSamples
             raise BaselineError(f"{where} is {type(entry).__name__}, expected an object with 'samples'. {fix}")
         if "samples" not in entry:
             raise BaselineError(f"{where} has no 'samples'; raw samples are needed for the test. {fix}")
-        samples = check_samples(entry["samples"], where, fix)
+        samples = check_samples(entry["samples"], where, fix, str(entry.get("metric", "rtf")))
         point = PointSamples(
             name=name,
             metric=str(entry.get("metric", "rtf")),
@@ -193,7 +202,7 @@ def benchmark_points(data: dict, source: str) -> dict[str, PointSamples]:
         points[name] = PointSamples(
             name=name,
             metric=metric,
-            samples=check_samples(samples, where, fix),
+            samples=check_samples(samples, where, fix, metric),
             max_slowdown=check_max_slowdown(extra.pop("max_slowdown", None), where, fix),
             extra=extra,
         )
@@ -302,7 +311,11 @@ def add_points(path: str | os.PathLike, *, device_key: str, machine: dict, point
     if Path(path).exists():
         kept = {name: {k: v for k, v in entry.items() if k in ("metric", "samples", "max_slowdown", "extra")}
                 for name, entry in load_baseline(path, device_key, command)["points"].items()}
-    return save_baseline(path, device_key=device_key, machine=machine, points={**kept, **points}, command=command)
+    new = {}
+    for name, entry in points.items():  # a re-saved point keeps its reviewed max_slowdown unless it brings one
+        old = kept.get(name, {}).get("max_slowdown")
+        new[name] = {**entry, "max_slowdown": old} if entry.get("max_slowdown") is None and old is not None else entry
+    return save_baseline(path, device_key=device_key, machine=machine, points={**kept, **new}, command=command)
 
 
 def save_baseline(
@@ -334,8 +347,9 @@ def save_baseline(
     body = {}
     for name, entry in points.items():
         where = f"point {name!r}"
-        samples = check_samples(entry.get("samples"), where, fix)
-        point = PointSamples(name=name, metric=str(entry.get("metric", "rtf")), samples=samples)
+        metric = str(entry.get("metric", "rtf"))
+        samples = check_samples(entry.get("samples"), where, fix, metric)
+        point = PointSamples(name=name, metric=metric, samples=samples)
         body[name] = {
             "metric": point.metric,
             "samples": list(samples),

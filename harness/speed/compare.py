@@ -4,7 +4,9 @@ Rule: an operating point *regresses* only when both hold
   1. its median got slower by more than the factor:  new_median / base_median - 1 > max_slowdown  (default 0.10,
      overridable per point in the base file), and
   2. the slowdown is not noise: a one-sided Mann-Whitney U test over the raw samples (scipy.stats.mannwhitneyu,
-     alternative="greater", new vs base) gives p < alpha (default 0.002).
+     alternative="greater", method="exact", new vs base) gives p < alpha (default 0.002). Exact whatever the ties:
+     scipy's default switches to the normal approximation at the first tie, which gives 6 fully separated samples
+     against 6 p = 0.0025 (above alpha, so a 2x slowdown with one tied pair of timings would pass).
 The factor keeps small, real but harmless drifts (another kernel version, a warmer machine) from failing CI; the
 test keeps one unlucky median from doing so. A rank test is used because timing samples are skewed and carry
 outliers (a stall, a page fault) that a t-test would let dominate.
@@ -34,6 +36,7 @@ from pathlib import Path
 from scipy import stats
 
 from harness.speed.baselines import (
+    NON_NEGATIVE,
     BaselineError,
     PointSamples,
     SpeedRun,
@@ -95,11 +98,16 @@ def check_reachable(name: str, n_base: int, n_new: int, alpha: float) -> None:
     floor = min_p_value(n_base, n_new)
     if floor >= alpha:
         raise InsufficientSamplesError(
-            f"point {name!r}: {n_base} base against {n_new} new samples can never give a Mann-Whitney p below "
+            f"point {name!r}: {n_base} base against {n_new} new samples can never give an exact Mann-Whitney p below "
             f"alpha={alpha:g} (the smallest possible p is 1/C({n_base + n_new},{n_base}) = {floor:.3g}), so a "
             f"regression could never be flagged. Measure at least {min_samples_for_alpha(alpha)} samples per "
             "point on both sides, or raise alpha."
         )
+
+
+def one_sided_p(new, base, alternative: str) -> float:
+    """The rule's test: one-sided Mann-Whitney U, exact null distribution (the floor check_reachable assumes)."""
+    return float(stats.mannwhitneyu(new, base, alternative=alternative, method="exact").pvalue)
 
 
 def compare_point(base: PointSamples, new: PointSamples, *, max_slowdown: float = DEFAULT_MAX_SLOWDOWN,
@@ -112,11 +120,19 @@ def compare_point(base: PointSamples, new: PointSamples, *, max_slowdown: float 
         )
     check_reachable(base.name, len(base.samples), len(new.samples), alpha)
     factor = base.max_slowdown if base.max_slowdown is not None else max_slowdown
+    p_slower = one_sided_p(new.samples, base.samples, "greater")
+    if base.median == 0.0:  # a wait the base never had (NON_NEGATIVE metrics): its slack in seconds, not a ratio
+        change = math.inf if new.median > 0 else 0.0
+        slack = NON_NEGATIVE.get(base.metric, 0.0)
+        worse = new.median > slack
+        verdict = ("regressed" if p_slower < alpha else "slower-not-significant") if worse else "ok"
+        return SpeedVerdict(name=base.name, metric=base.metric, base_median=0.0, new_median=new.median,
+                            change=change, p_value=p_slower, verdict=verdict, max_slowdown=factor, alpha=alpha,
+                            n_base=len(base.samples), n_new=len(new.samples))
     change = new.median / base.median - 1.0
-    p_slower = float(stats.mannwhitneyu(new.samples, base.samples, alternative="greater").pvalue)
     if change > factor:
         verdict = "regressed" if p_slower < alpha else "slower-not-significant"
-    elif change < -factor and stats.mannwhitneyu(new.samples, base.samples, alternative="less").pvalue < alpha:
+    elif change < -factor and one_sided_p(new.samples, base.samples, "less") < alpha:
         verdict = "faster"
     else:
         verdict = "ok"

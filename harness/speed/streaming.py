@@ -108,6 +108,36 @@ def interleaved_listens(model, kwargs: dict, rounds: int, variants: dict = VARIA
     return out
 
 
+def stream_bases(baseline: dict, names: dict) -> dict:
+    """{metric: PointSamples} of the stream points `names` ({metric: point name}) in a loaded baseline, each with
+    its stored max_slowdown override."""
+    from harness.speed.baselines import PointSamples
+
+    out = {}
+    for metric, name in names.items():
+        stored = baseline["points"][name]
+        out[metric] = PointSamples(name, metric, tuple(stored["samples"]), stored.get("max_slowdown"))
+    return out
+
+
+def stream_failures(bases: dict, samples: dict, source: str) -> list:
+    """What regressed of `samples` ({metric: [values]}) against `bases` by the speed rule (harness.speed.compare:
+    a wait whose base median is 0 by its slack in seconds, baselines.NON_NEGATIVE), one line each."""
+    from harness.speed.baselines import PointSamples
+    from harness.speed.compare import compare_point
+
+    out = []
+    for metric, base in bases.items():
+        verdict = compare_point(base, PointSamples(base.name, metric, tuple(samples[metric])))
+        print(f"{base.name}: base {verdict.base_median:.3f} new {verdict.new_median:.3f} change "
+              f"{verdict.change:+.1%} p {verdict.p_value:.2g} -> {verdict.verdict}")
+        if verdict.verdict == "regressed":
+            worse = (f"now waits {verdict.new_median:.2f} s (median) where it never did" if base.median == 0
+                     else f"{verdict.change:+.1%} worse")
+            out.append(f"{base.name}: {worse} (p={verdict.p_value:.2g}) vs {source}")
+    return out
+
+
 def percentile(values, q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q))
 
