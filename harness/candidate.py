@@ -27,6 +27,7 @@ from pathlib import Path
 
 from harness import REPO_ROOT
 from harness.checkpoint import cache_dir
+from harness.machine import tree_digest
 
 MAIN_SITE = Path(sysconfig.get_paths()["purelib"])
 UPSTREAM_FILE = Path("omnivoice") / "models" / "omnivoice.py"
@@ -44,15 +45,6 @@ class Spec:
     kind: str  # "current" | "index" | "wheel" | "source"
     target: str  # requirement, wheel path or package folder
     name: str  # folder name under .cache/gate/
-
-
-def _tree_digest(folder: Path) -> str:
-    h = hashlib.sha256()
-    for path in sorted(folder.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            h.update(str(path.relative_to(folder)).encode())
-            h.update(path.read_bytes())
-    return h.hexdigest()[:12]
 
 
 def package_folder(folder: Path) -> Path | None:
@@ -82,7 +74,8 @@ def parse_spec(text: str) -> Spec:
         if pkg is None:
             raise CandidateError(f"{path} holds no omnivoice package (omnivoice/__init__.py and "
                                  f"omnivoice/models/omnivoice.py); {HOW}")
-        return Spec(text, "source", str(pkg.resolve()), f"src-{path.resolve().name}-{_tree_digest(pkg)}")
+        digest = tree_digest(pkg)[:12]
+        return Spec(text, "source", str(pkg.resolve()), f"src-{path.resolve().name}-{digest}")
     raise CandidateError(f"cannot read candidate {text!r}; {HOW}")
 
 

@@ -67,6 +67,20 @@ def versions(names=("omnivoice", "torch", "transformers", "tokenizers", "numpy")
     return {name: package_version(name) for name in names}
 
 
+def tree_digest(folder, suffixes: tuple | None = None) -> str:
+    """sha256 (hex) over the relative paths and bytes of a folder's files (only `suffixes` when given), caches
+    left out: the identity of a package's sources."""
+    import hashlib
+
+    folder = Path(folder)
+    h = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and (suffixes is None or path.suffix in suffixes):
+            h.update(str(path.relative_to(folder)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
 def summary() -> str:
     """One line for reports: processor, instruction set, cores and threads, system."""
     import torch

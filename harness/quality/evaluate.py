@@ -32,6 +32,9 @@ CACHE_ENV = "FASTPATH_CACHE"
 # decides in the end: with fewer than it needs the verdict is "underpowered: need N" (--quality-seeds N).
 HOLDOUT_SEEDS = 40
 from harness import REPO_ROOT
+from harness.machine import tree_digest
+
+SOURCES = (".py", ".json")  # what of a package's folder is its code (code_identity)
 
 
 def cache_dir(kind: str) -> Path:
@@ -102,16 +105,6 @@ def _voice_prompt_identity(prompt) -> str | None:
     return _sha256(tokens.tobytes(), prompt.ref_text.encode(), repr(float(prompt.ref_rms)).encode())[:16]
 
 
-def tree_digest(folder: Path) -> str:
-    """sha256 over the relative paths and bytes of a package folder's .py and .json files."""
-    h = hashlib.sha256()
-    for path in sorted(Path(folder).rglob("*")):
-        if path.suffix in (".py", ".json") and "__pycache__" not in path.parts:
-            h.update(str(path.relative_to(folder)).encode())
-            h.update(path.read_bytes())
-    return h.hexdigest()[:16]
-
-
 def weights_digest(model) -> str | None:
     """sha256 over the loaded parameters and buffers (names, shapes, dtypes, bytes): the checkpoint's content as it
     was generated with, whatever it was loaded from (a folder, a hub id). About 1 s a GB."""
@@ -140,6 +133,7 @@ def code_identity(model, synthesize: Callable | None = None) -> dict:
     from harness import machine
 
     first = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+    own = getattr(model, "__dict__", {})  # what fastpath put on this instance
     if synthesize is None:
         synth = None
     else:
@@ -150,11 +144,10 @@ def code_identity(model, synthesize: Callable | None = None) -> dict:
             synth = f"{getattr(synthesize, '__module__', '?')}.{getattr(synthesize, '__qualname__', repr(synthesize))}"
     return {
         "omnivoice": machine.package_version("omnivoice"),
-        "omnivoice_sources": tree_digest(Path(omnivoice.__file__).parent),
-        "fastpath_sources": tree_digest(Path(fastpath.__file__).parent),
-        "patches": list(getattr(model, "__dict__", {}).get(registry.APPLIED_ATTR, [])),
-        "patch_settings": {"loop": sorted(getattr(model, "__dict__", {}).get(loop.FLAGS_ATTR, ())),
-                           "prefix_refresh": getattr(model, "__dict__", {}).get(loop.REFRESH_ATTR)},
+        "omnivoice_sources": tree_digest(Path(omnivoice.__file__).parent, SOURCES)[:16],
+        "fastpath_sources": tree_digest(Path(fastpath.__file__).parent, SOURCES)[:16],
+        "patches": list(own.get(registry.APPLIED_ATTR, [])),
+        "patch_settings": {"loop": sorted(own.get(loop.FLAGS_ATTR, ())), "prefix_refresh": own.get(loop.REFRESH_ATTR)},
         "synthesize": synth,
         "torch": torch.__version__,
         "transformers": machine.package_version("transformers"),

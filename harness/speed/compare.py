@@ -123,14 +123,11 @@ def compare_point(base: PointSamples, new: PointSamples, *, max_slowdown: float 
     p_slower = one_sided_p(new.samples, base.samples, "greater")
     if base.median == 0.0:  # a wait the base never had (NON_NEGATIVE metrics): its slack in seconds, not a ratio
         change = math.inf if new.median > 0 else 0.0
-        slack = NON_NEGATIVE.get(base.metric, 0.0)
-        worse = new.median > slack
-        verdict = ("regressed" if p_slower < alpha else "slower-not-significant") if worse else "ok"
-        return SpeedVerdict(name=base.name, metric=base.metric, base_median=0.0, new_median=new.median,
-                            change=change, p_value=p_slower, verdict=verdict, max_slowdown=factor, alpha=alpha,
-                            n_base=len(base.samples), n_new=len(new.samples))
-    change = new.median / base.median - 1.0
-    if change > factor:
+        worse = new.median > NON_NEGATIVE.get(base.metric, 0.0)
+    else:
+        change = new.median / base.median - 1.0
+        worse = change > factor
+    if worse:
         verdict = "regressed" if p_slower < alpha else "slower-not-significant"
     elif change < -factor and one_sided_p(new.samples, base.samples, "less") < alpha:
         verdict = "faster"

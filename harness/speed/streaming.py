@@ -109,15 +109,12 @@ def interleaved_listens(model, kwargs: dict, rounds: int, variants: dict = VARIA
 
 
 def stream_bases(baseline: dict, names: dict) -> dict:
-    """{metric: PointSamples} of the stream points `names` ({metric: point name}) in a loaded baseline, each with
-    its stored max_slowdown override."""
-    from harness.speed.baselines import PointSamples
+    """{metric: PointSamples} of the stream points `names` ({metric: point name}) in a loaded baseline, as the
+    baseline reader gives them (with their stored max_slowdown override)."""
+    from harness.speed.baselines import read_run
 
-    out = {}
-    for metric, name in names.items():
-        stored = baseline["points"][name]
-        out[metric] = PointSamples(name, metric, tuple(stored["samples"]), stored.get("max_slowdown"))
-    return out
+    points = read_run(baseline, "baseline").points
+    return {metric: points[name] for metric, name in names.items()}
 
 
 def stream_failures(bases: dict, samples: dict, source: str) -> list:
