@@ -7,16 +7,34 @@ first remembered value, so one restore after any number of installs returns to t
 What is remembered lives here, keyed weakly by the object, so nothing is left on the instance either.
 `overridden` does both around a block, nesting correctly (instrumentation: recording, counting, slowing).
 `install_wrapper` / `remove_wrapper` do it for a wrapper object kept on the model too (the GPU patches).
+`copy_saved(memo)` gives the objects a `copy.deepcopy` made what their originals remember, so a deep copy of a
+patched model reverts to stock as the original does (fastpath.registry installs the model's `__deepcopy__`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import weakref
 from typing import Callable
 
 WARNINGS_ATTR = "_fastpath_warnings"  # on the model: what an applied patch could not do here, and why
-_ABSENT = object()  # the instance had no value of its own under that name
+
+
+class _Absent:
+    """The instance had no value of its own under that name; one object, also in deep copies."""
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __repr__(self):
+        return "<absent>"
+
+
+_ABSENT = _Absent()
 _saved: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # obj -> {name: its own value before install}
 
 
@@ -45,6 +63,15 @@ def restore(obj, name: str, only_if=_ABSENT) -> None:
         obj.__dict__[name] = previous
     if not saved:
         _saved.pop(obj, None)
+
+
+def copy_saved(memo: dict) -> None:
+    """After `copy.deepcopy(x, memo)`: every object it copied that has something remembered here gets a deep copy
+    of it (same memo: a remembered bound method binds to the copy), so `restore` on the copy puts back its own."""
+    for obj, saved in list(_saved.items()):
+        twin = memo.get(id(obj))
+        if twin is not None and twin is not obj and twin not in _saved:
+            _saved[twin] = copy.deepcopy(saved, memo)
 
 
 def install_wrapper(model, attr: str, module, name: str, make):

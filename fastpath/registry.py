@@ -7,12 +7,15 @@ the upstream functions it relies on; the fingerprints of those functions are che
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib
 import os
+import types
+import weakref
 from dataclasses import dataclass
 from typing import Callable
 
-from fastpath import fingerprints
+from fastpath import fingerprints, instance
 from fastpath.instance import WARNINGS_ATTR
 
 
@@ -212,6 +215,36 @@ class ConflictingPatchesError(ValueError):
     pass
 
 
+class StreamBusyError(RuntimeError):
+    pass
+
+
+# model (weakly) -> the worker's job of its open stream, until the worker has stopped; apply, revert and a deep copy
+# of a patched model are refused meanwhile
+_open_streams: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _refuse_while_streaming(model, doing: str) -> None:
+    if _open_streams.get(model) is not None:
+        raise StreamBusyError(
+            f"cannot {doing} while a stream of this model is open (its worker is generating with the patches it "
+            f"started with): let it finish, or close() / cancel() it first")
+
+
+def _deepcopy(model, memo):
+    """`copy.deepcopy` of a patched model (installed on the instance by `apply`): a plain deep copy, then the
+    copy's objects get what their originals remember of their stock state, so the copy carries the same patches
+    and `revert(copy)` returns it to stock. Caches that hold device state start empty in the copy (CUDA graphs
+    recapture, compiled code recompiles); the voice-prompt cache is copied."""
+    _refuse_while_streaming(model, "copy the model")
+    cls = type(model)
+    twin = cls.__new__(cls)
+    memo[id(model)] = twin
+    twin.__setstate__(copy.deepcopy(model.__dict__, memo))
+    instance.copy_saved(memo)
+    return twin
+
+
 def _refuse_conflicts(model, names) -> None:
     """Patches that replace the same function cannot be stacked; refused before the model is touched."""
     wanted = list(dict.fromkeys(list(model.__dict__.get(APPLIED_ATTR, [])) + list(names)))
@@ -238,6 +271,7 @@ def apply(model, names=None, *, allow_unverified: bool = False) -> list:
     _check_model(model)
     names = _names(names)
     _refuse_conflicts(model, names)
+    _refuse_while_streaming(model, "apply patches")
     allow = allow_unverified or os.environ.get(fingerprints.ENV_ALLOW) == "1"
     for name in names:  # check all before touching the model: all or nothing
         warnings = fingerprints.check(PATCHES[name].relies_on, name, allow=allow)
@@ -254,6 +288,8 @@ def apply(model, names=None, *, allow_unverified: bool = False) -> list:
     except Exception:  # a patch refused this machine or model: undo this call's patches, then say why
         revert(model, new)
         raise
+    if applied and not instance.installed(model, "__deepcopy__"):
+        instance.install(model, "__deepcopy__", types.MethodType(_deepcopy, model))
     return list(applied)
 
 
@@ -261,6 +297,8 @@ def revert(model, names=None) -> list:
     """Revert patches (default: all applied); returns what is still applied."""
     _check_model(model)
     applied = model.__dict__.get(APPLIED_ATTR, [])
+    if applied:
+        _refuse_while_streaming(model, "revert patches")
     targets = list(applied) if names is None else _names(names)
     for name in targets:
         if name in applied:
@@ -269,6 +307,7 @@ def revert(model, names=None) -> list:
     if not applied:
         model.__dict__.pop(APPLIED_ATTR, None)
         model.__dict__.pop(WARNINGS_ATTR, None)
+        instance.restore(model, "__deepcopy__")
     return list(applied)
 
 

@@ -28,14 +28,31 @@ Parity with that `generate` call (CPU fp32, tests_parity/test_stream.py), per ch
   `postprocess_output=True` upstream removes silences from the whole, the stream runs upstream's `remove_silence`
   on each chunk's audio (each chunk's edge silences are trimmed too, so pauses at the joins are shorter).
 
-Cancelling (`close()`, leaving the loop, or dropping the generator) stops the worker at its next unmasking step and
-restores the model's instance dict and hooks: a stock model stays stock, a patched one patched. One stream per model
-at a time. The stream draws from torch's global random generator exactly as `generate` does, on the worker
-thread: seed before calling, and draw nothing from it while a stream runs if the result must be reproducible.
+What a stream owns: only itself. It never changes what the model does for other callers: the worker runs upstream's
+`_generate_chunked` with a view of the model whose `_generate_iterative` is the stream's (wait for credit, run the
+model's own `_generate_iterative`, hand the tokens over); the model's instance dict is not touched. While a stream
+is open, `model.generate` from this thread or any other runs as it would without it. The only thing the stream
+adds to the model is a forward pre-hook on `audio_heads` that acts on the worker's thread alone (it stops the
+worker at its next unmasking step once the stream is cancelled), removed when the worker leaves.
+
+Reproducibility: the stream draws from torch's global random generator on the worker thread, as `generate` does
+on its caller's. Seed before `stream(...)`: the stream alone reproduces. A `generate` run between two pieces
+while the worker waits (it is one chunk ahead and waits for the caller to take it: `Stream.waiting` > 0) gives
+exactly what it gives alone, and the stream's later chunks then draw after it (they differ from a stream run
+alone, as a second `generate` would). A `generate` that runs while the worker generates interleaves its draws
+with the stream's: both finish with their own audio, neither is reproducible.
+
+One stream per model at a time (`StreamBusyError`); while one is open, `fastpath.apply` / `revert` /
+`copy.deepcopy` of a patched model are refused with the same error. Ending a stream: exhaust it; `close()`
+(or leaving a `with` block) cancels and returns once the worker has stopped; `cancel()` can be called from any
+thread (a request handler when its client goes away) and returns at once, the reading thread's loop then ends
+(`Stream.cancelled`). A stream that is dropped, or still open when the interpreter exits, is cancelled: its
+worker is a daemon thread and never holds up the exit.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import functools
@@ -43,22 +60,16 @@ import os
 import queue
 import threading
 import weakref
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from fastpath import fingerprints
-from fastpath.instance import overridden
-from fastpath.registry import STREAM_RELIES_ON, _check_model
+from fastpath.registry import STREAM_RELIES_ON, StreamBusyError, _check_model, _open_streams
 
 CHUNK_SECONDS = 4.0  # default audio_chunk_duration: about one sentence a chunk (README, "Streaming")
 PREPROCESS_ARGS = ("language", "ref_text", "ref_audio", "voice_clone_prompt", "instruct", "duration", "speed",
                    "normalize_text")
 POLL_SECONDS = 0.05  # how often a waiting worker looks for a cancel
-
-
-class StreamBusyError(RuntimeError):
-    pass
 
 
 class _Cancelled(Exception):
@@ -67,27 +78,31 @@ class _Cancelled(Exception):
 
 @dataclasses.dataclass
 class _Worker:  # per model, kept across streams: CUDA graphs and compiled code keep per-thread state
-    executor: ThreadPoolExecutor
+    jobs: queue.SimpleQueue  # callables; None stops the thread (the model was freed)
+    thread: threading.Thread
     cuda_stream: object
     busy: threading.Lock
 
 
 _workers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_open: weakref.WeakSet = weakref.WeakSet()  # open streams, cancelled at interpreter exit
+UNSPLIT_LIMIT = 2.0  # a text upstream cannot split whose audio is longer than this many chunks is refused
 
 
-def stream(model, text: str, *, generation_config=None, **kwargs):
+def stream(model, text: str, *, generation_config=None, **kwargs) -> "Stream":
     """Generate `text` chunk by chunk and yield each chunk's audio as soon as it is decoded.
 
     Args:
         model: a loaded `omnivoice.OmniVoice` (stock or patched).
-        text: one text (a stream is one utterance).
+        text: one text (a stream is one utterance), with sentence punctuation where it may be split.
         generation_config: an `OmniVoiceGenerationConfig` (used as it is, its audio_chunk_duration too), or its
             fields as keyword arguments (not both).
         **kwargs: `generate`'s other arguments (language, voice_clone_prompt, ref_audio, ref_text, instruct,
             duration, speed, normalize_text) and generation config fields; `audio_chunk_duration` sets the chunk
             size (default CHUNK_SECONDS); `audio_chunk_threshold` is refused (a stream always chunks).
     Returns:
-        A generator of 1-D float32 arrays at `model.sampling_rate`, whose concatenation is the utterance.
+        A `Stream`, already generating its first chunk: iterate it for 1-D float32 arrays at `model.sampling_rate`,
+        whose concatenation is the utterance.
     """
     import torch
     from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
@@ -96,6 +111,8 @@ def stream(model, text: str, *, generation_config=None, **kwargs):
     if not isinstance(text, str):
         raise TypeError(f"stream takes one text (a str), got {type(text).__name__}; for several texts, stream each "
                         f"or call model.generate")
+    if not text.strip():
+        raise ValueError("stream got an empty text: pass the words to speak")
     upstream_checked(os.environ.get(fingerprints.ENV_ALLOW) == "1")
     prep = {name: kwargs.pop(name) for name in PREPROCESS_ARGS if name in kwargs}
     if "audio_chunk_threshold" in kwargs:
@@ -110,10 +127,31 @@ def stream(model, text: str, *, generation_config=None, **kwargs):
         raise TypeError(f"pass generation_config or its fields {sorted(kwargs)}, not both")
     if generation_config is None:
         generation_config = OmniVoiceGenerationConfig(**{"audio_chunk_duration": CHUNK_SECONDS, **kwargs})
+    if not generation_config.audio_chunk_duration > 0:
+        raise ValueError(f"audio_chunk_duration must be > 0 seconds, got {generation_config.audio_chunk_duration!r}")
     model.eval()
     with torch.inference_mode():  # as generate runs it
         task = model._preprocess_all(text=text, preprocess_prompt=generation_config.preprocess_prompt, **prep)
-    return _chunks(model, task, generation_config)
+    _refuse_unsplittable(model, task, generation_config)
+    return Stream(model, task, generation_config)
+
+
+def _refuse_unsplittable(model, task, gen_config) -> None:
+    """Upstream splits a text at its punctuation only: a long text without any is one chunk, and a stream of it
+    gives nothing until the whole is made. The split and the length are `_generate_chunked`'s own."""
+    from omnivoice.utils.text import chunk_text_punctuation
+
+    rate, frames, text = model.audio_tokenizer.config.frame_rate, task.target_lens[0], task.texts[0]
+    seconds = frames / rate
+    if seconds <= UNSPLIT_LIMIT * gen_config.audio_chunk_duration:
+        return
+    chunk_len = int(gen_config.audio_chunk_duration * rate / (frames / len(text)))
+    if len(chunk_text_punctuation(text=text, chunk_len=chunk_len, min_chunk_len=3)) == 1:
+        raise ValueError(
+            f"this text cannot stream: it has no sentence punctuation upstream can split it at, so it is one chunk "
+            f"of about {seconds:.0f} s (audio_chunk_duration={gen_config.audio_chunk_duration} s) and no audio "
+            f"would come before the whole is made. Add punctuation (. , ; : ! ?) between its sentences or clauses, "
+            f"or call model.generate")
 
 
 @functools.lru_cache(maxsize=2)
@@ -123,15 +161,29 @@ def upstream_checked(allow: bool) -> tuple:
     return tuple(fingerprints.check(STREAM_RELIES_ON, "stream", allow=allow))
 
 
+def _serve(jobs: queue.SimpleQueue) -> None:  # the worker thread; holds no model between jobs
+    while True:
+        job = jobs.get()
+        if job is None:
+            return
+        job()
+        del job
+
+
 def _worker(model) -> _Worker:
     import torch
 
     worker = _workers.get(model)
     if worker is None:
+        atexit.unregister(_cancel_open_streams)  # once in the process, from the first worker on
+        atexit.register(_cancel_open_streams)
+        jobs: queue.SimpleQueue = queue.SimpleQueue()
+        thread = threading.Thread(target=_serve, args=(jobs,), name="fastpath-stream", daemon=True)
+        thread.start()
         on_cuda = model.device.type == "cuda"
-        worker = _Worker(ThreadPoolExecutor(1, thread_name_prefix="fastpath-stream"),
-                         torch.cuda.Stream(model.device) if on_cuda else None, threading.Lock())
+        worker = _Worker(jobs, thread, torch.cuda.Stream(model.device) if on_cuda else None, threading.Lock())
         _workers[model] = worker
+        weakref.finalize(model, jobs.put, None)
     return worker
 
 
@@ -143,73 +195,172 @@ def _wait(action, cancel: threading.Event) -> None:
     raise _Cancelled
 
 
-def _chunks(model, task, gen_config):
-    import torch
+class _ChunkingView:
+    """What upstream's `_generate_chunked` sees as `self` on the worker: the model (every attribute read through),
+    except `_generate_iterative`, the stream's per-chunk function. The model itself is not changed."""
 
-    worker = _worker(model)
-    if not worker.busy.acquire(blocking=False):
-        raise StreamBusyError("another stream of this model is still open: exhaust it or close() it first")
-    handoff: queue.Queue = queue.Queue()  # ("tokens", [C, T]) per chunk, then ("end", None) or ("error", exc)
-    credit = threading.Semaphore(1)  # chunks the worker may start: one now, one more each time the caller takes one
-    cancel = threading.Event()
+    def __init__(self, model, each_chunk):
+        self._model, self._generate_iterative = model, each_chunk
 
-    def take_credit(timeout: float) -> bool:
-        return credit.acquire(timeout=timeout)
+    def __getattr__(self, name):
+        return getattr(self._model, name)
 
-    def handing_over(iterate):
-        def each_chunk(sub_task, cfg):  # upstream calls this once per chunk (batch 1: one text)
-            _wait(take_credit, cancel)
-            tokens = iterate(sub_task, cfg)
-            if worker.cuda_stream is not None:
-                worker.cuda_stream.synchronize()  # the tokens are final before another stream reads them
-            handoff.put(("tokens", tokens[0]))
-            return tokens
 
-        return each_chunk
+class Stream:
+    """One open stream of one utterance (made by `fastpath.stream`): iterate it for the audio pieces.
 
-    def stop_if_cancelled(module, args):
-        if cancel.is_set():
-            raise _Cancelled
+    Thread-safe: `cancel()` (any thread, returns at once), `close()` (cancel, then wait for the worker to stop;
+    not from inside the worker), `waiting` and `cancelled`. The pieces are read by one thread at a time.
+    """
 
-    def work() -> None:
+    def __init__(self, model, task, gen_config):
+        import torch
+
+        self.model = model
+        self.cancelled = False
+        self._worker = worker = _worker(model)
+        if not worker.busy.acquire(blocking=False):
+            raise StreamBusyError("another stream of this model is still open: exhaust it or close() it first")
+        self._handoff: queue.Queue = queue.Queue()  # ("tokens", [C, T]) per chunk, then ("end"|"error"|"cancel", x)
+        self._cancel = threading.Event()
+        self._stopped = threading.Event()  # the worker has left upstream's code and cleaned up
+        self._reading = threading.Lock()
+        self._ended = False
+        self._taken = 0
+        self._join = _Join(model, gen_config, task.ref_rms[0])
         try:
-            streams = torch.cuda.stream(worker.cuda_stream) if worker.cuda_stream is not None \
-                else contextlib.nullcontext()
-            with torch.inference_mode(), streams:
-                model._generate_chunked(task, gen_config)
-            handoff.put(("end", None))
-        except _Cancelled:
-            pass
-        except BaseException as err:  # handed to the caller's thread, raised there
-            handoff.put(("error", err))
-
-    join = _Join(model, gen_config, task.ref_rms[0])
-    hook = model.audio_heads.register_forward_pre_hook(stop_if_cancelled)  # runs once per unmasking step
-    try:
-        with overridden(model, "_generate_iterative", handing_over):
+            self._job = _Job(model, task, gen_config, worker, self._handoff, self._cancel, self._stopped)
             if worker.cuda_stream is not None:  # what this thread queued (the prompt's encoding) comes first
                 worker.cuda_stream.wait_stream(torch.cuda.current_stream(model.device))
-            job = worker.executor.submit(work)
-            try:
-                while True:
-                    kind, value = handoff.get()
-                    if kind == "end":
-                        break
-                    if kind == "error":
-                        raise value
-                    credit.release()  # the caller holds chunk k: the worker may start chunk k+1
-                    piece = join.add(_decode(model, value))
+        except BaseException:
+            worker.busy.release()
+            raise
+        _open_streams[model] = self._job  # the job, not this object: a dropped stream is collected (and cancelled)
+        _open.add(self)
+        worker.jobs.put(self._job)
+
+    @property
+    def waiting(self) -> int:
+        """Chunks the worker has made that the reader has not taken yet (0 or 1)."""
+        return self._job.made - self._taken
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if not self._reading.acquire(blocking=False):
+            raise RuntimeError("another thread is reading this stream: read it from one thread (cancel() is the "
+                               "call for other threads)")
+        try:
+            while not self._ended:
+                if self._cancel.is_set():
+                    self._end()
+                    self.cancelled = True
+                    break
+                kind, value = self._handoff.get()
+                if kind == "tokens":
+                    self._taken += 1
+                    self._job.credit.release()  # the reader holds chunk k: the worker may start chunk k+1
+                    piece = self._join.add(_decode(self.model, value))
                     if piece is not None:
-                        yield piece
-            finally:
-                cancel.set()
-                job.result()  # the worker has left upstream's code before the instance dict is put back
-        last = join.finish()
-        if last is not None:
-            yield last
-    finally:
-        hook.remove()
-        worker.busy.release()
+                        return piece
+                    continue
+                self._end()
+                if kind == "error":
+                    raise value
+                if kind == "end":
+                    last = self._join.finish()
+                    if last is not None:
+                        return last
+                else:
+                    self.cancelled = True
+            raise StopIteration
+        finally:
+            self._reading.release()
+
+    def cancel(self) -> None:
+        """Stop the stream at the worker's next unmasking step; the reader's loop ends. From any thread."""
+        if not self._cancel.is_set():
+            self._cancel.set()
+            self._handoff.put(("cancel", None))
+
+    def close(self) -> None:
+        """Cancel (if still running) and wait until the worker has stopped and the model is as before."""
+        if not self._stopped.is_set():
+            self.cancel()
+        self._end()
+
+    def _end(self) -> None:
+        self._ended = True
+        if threading.current_thread() is not self._worker.thread:
+            self._stopped.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        cancel = getattr(self, "_cancel", None)
+        if cancel is not None:
+            cancel.set()  # no wait: this may run on any thread, the worker cleans up after itself
+
+
+class _Job:
+    """The worker's part of one stream. It holds no reference to the Stream, so a dropped one is collected (and
+    cancels it)."""
+
+    def __init__(self, model, task, gen_config, worker: _Worker, handoff: queue.Queue, cancel: threading.Event,
+                 stopped: threading.Event):
+        self.model, self.task, self.config, self.worker = model, task, gen_config, worker
+        self.handoff, self.cancel, self.stopped = handoff, cancel, stopped
+        self.credit = threading.Semaphore(1)  # chunks it may start: one now, one more each time the reader takes one
+        self.made = 0
+        self.hook = model.audio_heads.register_forward_pre_hook(self.stop_if_cancelled)
+
+    def stop_if_cancelled(self, module, args):  # every unmasking step of every caller; acts on the worker only
+        if self.cancel.is_set() and threading.current_thread() is self.worker.thread:
+            raise _Cancelled
+
+    def each_chunk(self, sub_task, cfg):  # upstream calls this once per chunk (batch 1: one text)
+        _wait(lambda timeout: self.credit.acquire(timeout=timeout), self.cancel)
+        tokens = self.model._generate_iterative(sub_task, cfg)
+        if self.worker.cuda_stream is not None:
+            self.worker.cuda_stream.synchronize()  # the tokens are final before another stream reads them
+        self.made += 1
+        self.handoff.put(("tokens", tokens[0]))
+        return tokens
+
+    def __call__(self) -> None:
+        import torch
+
+        try:
+            streams = torch.cuda.stream(self.worker.cuda_stream) if self.worker.cuda_stream is not None \
+                else contextlib.nullcontext()
+            with torch.inference_mode(), streams:
+                type(self.model)._generate_chunked(_ChunkingView(self.model, self.each_chunk), self.task, self.config)
+            self.handoff.put(("end", None))
+        except _Cancelled:
+            self.handoff.put(("cancel", None))
+        except BaseException as err:  # handed to the reader's thread, raised there
+            self.handoff.put(("error", err))
+        finally:
+            self.hook.remove()
+            if _open_streams.get(self.model) is self:
+                del _open_streams[self.model]
+            self.worker.busy.release()
+            self.stopped.set()
+            self.model = self.task = None  # the worker thread keeps this job until its next one
+
+
+def _cancel_open_streams() -> None:
+    """At interpreter exit: cancel every open stream and give its worker a moment to leave upstream's code."""
+    streams = list(_open)
+    for s in streams:
+        s.cancel()
+    for s in streams:
+        s._stopped.wait(timeout=2.0)
 
 
 def _decode(model, tokens):

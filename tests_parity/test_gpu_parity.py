@@ -194,3 +194,55 @@ def test_tf32_flags_are_set_on_cuda_and_restored(models, checkpoints):
         now = flags.read()
         assert {k: now[k] for k in flags.SETTINGS} == flags.SETTINGS and now["float32_matmul_precision"] == "high"
     assert flags.read() == before
+
+
+# The stream's worker replays (and first captures) the graphs on its own CUDA stream while the reader's thread
+# decodes on the default one; the chunked generate afterwards replays the same graphs on one thread. Same graphs,
+# same inputs, same draws in the same order: the tokens should agree all but exactly; 0.99 leaves room for a
+# kernel whose reduction order depends on the stream's workspace.
+STREAM_TOKEN_AGREEMENT = 0.99
+
+
+def test_stream_with_cuda_graphs_captures_beside_the_decode_and_matches_chunked_generate(models, checkpoints,
+                                                                                          record_property):
+    from harness.parity import kept_tokens
+    from harness.points import load_spec
+
+    model = models.get(checkpoints["full"], "cuda", "bf16")
+    text = load_spec()["texts"]["three"]
+    kwargs = dict(language="en", postprocess_output=False, audio_chunk_duration=2.0, num_step=8)
+    graphs.install(model)  # fresh: every capture happens on the stream's worker
+    try:
+        with kept_tokens(model) as streamed:
+            torch.manual_seed(0)
+            pieces = list(fastpath.stream(model, text, **kwargs))
+        during = graphs.stats(model)
+        with kept_tokens(model) as chunked:
+            torch.manual_seed(0)
+            model.generate(text=text, audio_chunk_threshold=0, **kwargs)
+    finally:
+        graphs.remove(model)
+    report(record_property, "stream_graph_stats", {k: v for k, v in during.items() if k != "keys"})
+    assert not during["errors"] and during["failures"] == 0, f"captures failed beside the decode: {during['errors']}"
+    assert during["graphs"] >= 1 and len(pieces) >= len(streamed) >= 2
+    agreement = [float((a == b).float().mean()) for a, b in zip(streamed, chunked)]
+    report(record_property, "stream_token_agreement", agreement)
+    assert len(streamed) == len(chunked) and min(agreement) >= STREAM_TOKEN_AGREEMENT, agreement
+
+
+def test_graphs_capture_anew_after_the_model_moves(models, checkpoints, record_property):
+    """model.cpu().cuda() gives every parameter a new address: a replay of the old graphs would read freed memory."""
+    model = models.get(checkpoints["tiny"], "cuda", "fp32")
+    with fastpath.patched(model, "cuda_graphs"):
+        first = record_generation(model, seed=0, **POINTS["single"])
+        model.cpu()
+        model.cuda()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()  # the old addresses are free for anything now
+        torch.empty(64 * 2**20, device="cuda").fill_(float("nan"))  # and reused
+        again = record_generation(model, seed=0, **POINTS["single"])
+        s = graphs.stats(model)
+    report(record_property, "move_graph_stats", {k: v for k, v in s.items() if k != "keys"})
+    assert s["recaptures"] == 1 and not s["errors"], s
+    problems = compare_runs(first, again)
+    assert not problems, "after the move the graphs gave other results:\n  " + "\n  ".join(problems)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
@@ -28,7 +30,7 @@ def test_hits_on_same_content_misses_on_other(cached, tmp_path):
     renamed = tmp_path / "renamed.wav"
     shutil.copy(REF_6S[0], renamed)
     again = cached.create_voice_clone_prompt(ref_audio=str(renamed), ref_text=REF_6S[1])
-    assert again is first and (cache.hits, cache.misses) == (1, 1)
+    assert torch.equal(again.ref_audio_tokens, first.ref_audio_tokens) and (cache.hits, cache.misses) == (1, 1)
     cached.create_voice_clone_prompt(ref_audio=REF_6S[0], ref_text=REF_6S[1] + " extra")
     cached.create_voice_clone_prompt(ref_audio=REF_6S[0], ref_text=REF_6S[1], preprocess_prompt=False)
     cached.create_voice_clone_prompt(ref_audio=REF_3S[0], ref_text=REF_3S[1])
@@ -82,3 +84,133 @@ def test_load_refuses_corrupt_and_foreign_files(cached, tmp_path):
 def test_save_needs_the_patch(model, tmp_path):
     with pytest.raises(prompt_cache.PromptCacheError, match="fastpath.apply"):
         prompt_cache.save(model, tmp_path / "x.pt")
+
+
+def test_a_caller_that_changes_its_prompt_changes_nothing_in_the_cache(cached):
+    made = cached.create_voice_clone_prompt(ref_audio=REF_3S[0], ref_text=REF_3S[1])
+    kept = made.ref_audio_tokens.clone()
+    made.ref_audio_tokens.add_(5)  # the miss's caller changes what it got
+    hit = cached.create_voice_clone_prompt(ref_audio=REF_3S[0], ref_text=REF_3S[1])
+    hit.ref_audio_tokens.add_(7)  # and a hit's caller
+    again = cached.create_voice_clone_prompt(ref_audio=REF_3S[0], ref_text=REF_3S[1])
+    assert torch.equal(again.ref_audio_tokens, kept), "a caller's change reached the cached prompt"
+    assert again is not hit and again.ref_audio_tokens.data_ptr() != hit.ref_audio_tokens.data_ptr()
+
+
+def references(n: int) -> list:
+    """n distinct one-second waveforms (their own cache keys), with a reference text (no ASR)."""
+    rng = np.random.default_rng(0)
+    return [((torch.from_numpy(rng.standard_normal((1, 24000)).astype(np.float32) * 0.1), 24000), "Hello there.")
+            for _ in range(n)]
+
+
+def test_the_cache_is_bounded_least_recently_used_first(cached):
+    stats = prompt_cache.stats(cached)
+    assert (stats["max_entries"], stats["max_bytes"]) == (prompt_cache.DEFAULT_MAX_ENTRIES,
+                                                          prompt_cache.DEFAULT_MAX_BYTES)
+    refs = references(3)
+    prompt_cache.set_limits(cached, max_entries=2)
+    call = lambda i: cached.create_voice_clone_prompt(ref_audio=refs[i][0], ref_text=refs[i][1])  # noqa: E731
+    size = call(0).ref_audio_tokens.nbytes
+    call(1)
+    call(0)  # 0 is now the most recently used
+    call(2)  # over the bound: 1 goes
+    stats = prompt_cache.stats(cached)
+    assert (stats["entries"], stats["evictions"], stats["bytes"]) == (2, 1, 2 * size), stats
+    misses = stats["misses"]
+    call(0)
+    call(2)
+    assert prompt_cache.stats(cached)["misses"] == misses, "a recently used prompt was dropped"
+    call(1)
+    assert prompt_cache.stats(cached)["misses"] == misses + 1, "the least recently used prompt was kept"
+    prompt_cache.set_limits(cached, max_entries=10, max_bytes=size)  # bytes bound: one prompt fits
+    stats = prompt_cache.stats(cached)
+    assert (stats["entries"], stats["bytes"]) == (1, size), stats
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="positive int"):
+            prompt_cache.set_limits(cached, max_entries=bad)
+
+
+class Copies(torch.overrides.TorchFunctionMode):
+    """Bytes of the tensors handed to a copying function (to, cpu, contiguous, clone, numpy, cat)."""
+
+    NAMES = {"to", "cpu", "contiguous", "clone", "numpy", "cat"}
+
+    def __init__(self):
+        super().__init__()
+        self.bytes = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in self.NAMES and args:
+            tensors = args[0] if isinstance(args[0], (list, tuple)) else [args[0]]
+            self.bytes += sum(t.nbytes for t in tensors if isinstance(t, torch.Tensor))
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_tokenizer_identity_reads_the_first_bytes_of_each_tensor_only(model, monkeypatch):
+    real = model.audio_tokenizer.state_dict()
+    big = torch.randn(1_000_000)  # 4 MB: an identity that copies whole tensors copies it
+    monkeypatch.setattr(model.audio_tokenizer, "state_dict", lambda: {**real, "big": big})
+    with Copies() as copies:
+        identity = prompt_cache.tokenizer_identity(model)
+    bound = 4 * prompt_cache.IDENTITY_BYTES * (len(real) + 1)  # each head passes through at most a few copies
+    assert copies.bytes <= bound, f"the identity copied {copies.bytes} bytes (bound {bound})"
+    changed = big.clone()
+    changed[0] += 1
+    monkeypatch.setattr(model.audio_tokenizer, "state_dict", lambda: {**real, "big": changed})
+    assert prompt_cache.tokenizer_identity(model) != identity, "a change in a tensor's first bytes went unseen"
+    monkeypatch.setattr(model.audio_tokenizer, "state_dict", lambda: {**real, "big": big.reshape(1000, 1000)})
+    assert prompt_cache.tokenizer_identity(model) != identity, "a change of shape went unseen"
+
+
+def saved_blob(cached, tmp_path):
+    cached.create_voice_clone_prompt(ref_audio=REF_3S[0], ref_text=REF_3S[1])
+    path = tmp_path / "prompts.pt"
+    prompt_cache.save(cached, path)
+    return path, torch.load(path, weights_only=True)
+
+
+def spoil_tokens(how):
+    def spoil(entry):
+        entry["ref_audio_tokens"] = how(entry["ref_audio_tokens"])
+
+    return spoil
+
+
+# how one saved entry is spoiled, what the refusal names
+SPOILED = [
+    pytest.param(spoil_tokens(lambda t: t.float()), "not int64", id="float-tokens"),
+    pytest.param(spoil_tokens(lambda t: t[:-1]), "shape", id="codebooks"),
+    pytest.param(spoil_tokens(lambda t: t[:, :0]), "shape", id="no-frames"),
+    pytest.param(spoil_tokens(lambda t: t.flatten()), "shape", id="one-dim"),
+    pytest.param(spoil_tokens(lambda t: t + 100_000), "codes from", id="codes-too-high"),
+    pytest.param(spoil_tokens(lambda t: t - 1 - t.max()), "codes from", id="negative-codes"),
+    pytest.param(lambda e: e.update(ref_rms=math.nan), "ref_rms", id="rms-nan"),
+    pytest.param(lambda e: e.update(ref_text=3), "ref_text", id="text-not-str"),
+    pytest.param(lambda e: e.pop("ref_rms"), "fields", id="missing-field"),
+]
+
+
+@pytest.mark.parametrize("spoil, named", SPOILED)
+def test_load_checks_every_entry_and_adds_none_of_a_bad_file(cached, tmp_path, spoil, named):
+    path, blob = saved_blob(cached, tmp_path)
+    key = next(iter(blob["entries"]))
+    blob["entries"]["f" * 64] = {k: v.clone() if isinstance(v, torch.Tensor) else v
+                                 for k, v in blob["entries"][key].items()}  # a good entry beside the bad one
+    spoil(blob["entries"][key])
+    torch.save(blob, path)
+    before = list(cached._fastpath_prompt_cache.entries)
+    with pytest.raises(prompt_cache.PromptCacheError, match=named):
+        prompt_cache.load(cached, path)
+    assert list(cached._fastpath_prompt_cache.entries) == before, "a file with a bad entry added some of its entries"
+
+
+def test_load_refuses_bad_keys_and_old_versions(cached, tmp_path):
+    path, blob = saved_blob(cached, tmp_path)
+    bad = dict(blob, entries={"not-a-key": next(iter(blob["entries"].values()))})
+    torch.save(bad, path)
+    with pytest.raises(prompt_cache.PromptCacheError, match="sha256"):
+        prompt_cache.load(cached, path)
+    torch.save(dict(blob, format_version=1), path)
+    with pytest.raises(prompt_cache.PromptCacheError, match="v1 file.*rebuild"):
+        prompt_cache.load(cached, path)

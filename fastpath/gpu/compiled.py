@@ -14,6 +14,7 @@ change the waveform's tail.
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -55,6 +56,11 @@ class CompiledForward:
 
     def __repr__(self) -> str:
         return f"CompiledForward(mode={self.mode!r}, dynamic={self.dynamic}, {len(self.seen)} shapes)"
+
+    def __deepcopy__(self, memo):
+        """A copy (of a deep-copied model) compiles its own forward: the compiled one calls the original's."""
+        return CompiledForward(copy.deepcopy(self.llm, memo), copy.deepcopy(self.inner, memo), self.mode,
+                               self.dynamic, self.buckets, self.devices, self.compiler)
 
     def __call__(self, *args, **kwargs):
         shape = llm_call_shape(args, kwargs)
@@ -134,6 +140,11 @@ class CompiledDecode:
 
     def __repr__(self) -> str:
         return f"CompiledDecode(mode={self.mode!r}, {len(self.seen)} shapes)"
+
+    def __deepcopy__(self, memo):
+        """A copy (of a deep-copied model) compiles its own decode: the compiled one calls the original's."""
+        return CompiledDecode(copy.deepcopy(self.tokenizer, memo), copy.deepcopy(self.inner, memo), self.mode,
+                              self.dynamic, self.devices, self.compiler)
 
     def __call__(self, audio_codes, *args, **kwargs):
         if not isinstance(audio_codes, torch.Tensor) or audio_codes.device.type not in self.devices \

@@ -15,7 +15,8 @@ raise ("mix of the legacy and new APIs"). Setting cuBLAS's flag alone gives CUDA
 These are settings of the process, not of the model. The patch only loosens (a setting already where it wants
 it is left alone), records what it changed on the model instance, and revert puts back each one that still holds
 the value the patch set; one changed since by someone else is left as it is and named in a warning. On a model
-that is not on CUDA the patch changes nothing.
+that is not on CUDA the patch changes nothing. A deep copy of the model carries the patch with nothing recorded:
+the settings are the original's change, and reverting the copy leaves them to the original.
 """
 
 from __future__ import annotations
@@ -28,6 +29,13 @@ log = logging.getLogger(__name__)
 
 FLAGS_ATTR = "_fastpath_cuda_flags"  # model instance attribute: {"device", "changed": {name: (before, set)}}
 SETTINGS = {"matmul_allow_tf32": True, "cudnn_allow_tf32": True, "cudnn_benchmark": False}
+
+
+class Record(dict):
+    """{"device", "changed"} kept on the model; its deep copy has changed nothing."""
+
+    def __deepcopy__(self, memo):
+        return Record(device=self["device"], changed={})
 
 
 def _get(getter):
@@ -70,7 +78,7 @@ def apply(model) -> dict:
         now = read()
         changed = {k: (now[k], v) for k, v in SETTINGS.items() if now[k] is not None and now[k] != v}
         write({k: v for k, (_, v) in changed.items()})
-    record = {"device": device, "changed": changed}
+    record = Record(device=device, changed=changed)
     model.__dict__[FLAGS_ATTR] = record
     return record
 

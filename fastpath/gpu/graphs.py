@@ -9,16 +9,31 @@ Stages per call: `llm_call_shape` -> `graph_key` -> `LRUCache.get_or_create` (fi
 stream, capture) -> `fill_padded` -> replay -> `hidden_output`. Captures share one memory pool (graphs replay one
 at a time on one stream, and each keeps its static output alive, so no graph reads memory another one wrote).
 Calls that are not on CUDA, need gradients, run inside another capture, or carry arguments the padding does not
-handle go to the stock forward unchanged; a shape whose capture fails runs eagerly and is counted.
+handle go to the stock forward unchanged; a shape whose capture fails runs eagerly, is counted, and is captured
+again on a later call (at most CAPTURE_TRIES times in all).
 
-Replaying a graph reads the weights at the addresses they had at capture: after replacing parameters (loading
-other weights, `model.to(...)`), revert and apply again.
+Weights: a graph reads the parameters and buffers at the addresses they had at capture. The key holds a number
+for the set of storages the LLM has (`Weights`): each call compares every parameter's and buffer's address with
+the last seen (one C++ call, ~10 us for Qwen3-0.6B's 310 tensors) and re-reads the module tree after any
+parameter, buffer or submodule registration anywhere in the process (torch's global registration hooks, held
+while a GraphedForward exists). A move (`model.cpu().cuda()`, `.to(dtype)`), `load_state_dict(..., assign=True)`
+or an adapter that replaces modules or registers weights therefore drops the old graphs and captures anew; an
+in-place load (`load_state_dict` without assign, merging an adapter into the weights) keeps them, correctly, as
+the graph reads the new values at the old addresses. Not seen: a change of Python state alone that changes what
+a module's forward does (e.g. switching peft's active adapter without new weights): call `recapture(model)`.
+
+Threads: captures are serialised in the process and run in thread-local capture mode, so another thread's CUDA
+work (the caller's decode beside a stream's worker) neither breaks a capture nor is captured; replays of one
+wrapper are serialised and ordered across CUDA streams (each call waits on an event of the previous one), since
+they share static buffers.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -34,6 +49,8 @@ log = logging.getLogger(__name__)
 GRAPHS_ATTR = "_fastpath_cuda_graphs"  # model instance attribute: the GraphedForward while applied
 DEFAULT_MAX_GRAPHS = 32
 WARMUP_CALLS = 2  # eager runs on a side stream before capture (lazy cuBLAS/cuDNN init stays out of the graph)
+CAPTURE_TRIES = 3  # captures of one shape before it runs eagerly for good (a failure may be passing)
+_CAPTURE_LOCK = threading.Lock()  # one capture at a time in the process (torch.cuda.graph's default side stream)
 
 
 @dataclass
@@ -46,6 +63,7 @@ class Captured:
     hidden: torch.Tensor | None
     seconds: float  # fill + warm-up + capture, device synchronised
     error: str | None = None
+    tries: int = 1
 
 
 def capture_cuda_graph(run: Callable, pool) -> tuple:
@@ -57,10 +75,70 @@ def capture_cuda_graph(run: Callable, pool) -> tuple:
             run()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
+    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
         hidden = run()
     return graph, hidden
 
+
+class _Registrations:
+    """A count of parameter, buffer and submodule registrations in the process (torch's global hooks, installed
+    while at least one `Weights` is alive)."""
+
+    def __init__(self):
+        self.count, self.users, self.handles = 0, 0, []
+
+    def bump(self, *args):
+        self.count += 1  # returns None: the registered value is kept
+
+    def hold(self) -> None:
+        from torch.nn.modules import module
+
+        if self.users == 0:
+            self.handles = [module.register_module_parameter_registration_hook(self.bump),
+                            module.register_module_buffer_registration_hook(self.bump),
+                            module.register_module_module_registration_hook(self.bump)]
+        self.users += 1
+
+    def release(self) -> None:
+        self.users -= 1
+        if self.users == 0:
+            for handle in self.handles:
+                handle.remove()
+            self.handles = []
+
+
+_registrations = _Registrations()
+
+
+def _same_addresses(tensors: list, addresses: list, indices: list) -> bool:
+    check = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)  # what torch.compile's graphs use
+    if check is not None:
+        return check(tensors, addresses, indices)
+    return all(t.data_ptr() == a for t, a in zip(tensors, addresses))
+
+
+class Weights:
+    """Which storages a module's forward reads: `generation()` is a number that changes whenever a parameter or
+    buffer of the module is replaced or moved, or its module tree changes."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.module, self.number = module, 0
+        self.identity, self.tensors, self.addresses, self.indices, self.seen = None, [], [], [], -1
+        _registrations.hold()
+        self.close = weakref.finalize(self, _registrations.release)  # close(): now, else when collected; once
+
+    def generation(self) -> int:
+        if self.seen == _registrations.count and _same_addresses(self.tensors, self.addresses, self.indices):
+            return self.number
+        tensors = [t for _, t in self.module.named_parameters()] + [b for _, b in self.module.named_buffers()]
+        identity = tuple((id(m), tuple(m._parameters), tuple(m._buffers)) for m in self.module.modules()) + \
+            tuple((id(t), t.data_ptr()) for t in tensors)
+        if identity != self.identity:
+            self.number += 1
+            self.identity = identity
+        self.tensors, self.addresses = tensors, [t.data_ptr() for t in tensors]
+        self.indices, self.seen = list(range(len(tensors))), _registrations.count
+        return self.number
 
 def _capturing(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
@@ -88,9 +166,26 @@ class GraphedForward:
     pool: object = None
     passthrough: int = 0  # calls sent to `inner` because they are not capturable
     captures: list = field(default_factory=list)  # (key, seconds, error or None) for every capture, evicted too
+    recaptures: int = 0  # times the weights changed under captured graphs, which were dropped
 
     def __post_init__(self):
         self.cache = LRUCache(self.max_graphs)  # a dropped entry frees its graph and buffers with its last reference
+        self.weights = Weights(self.llm)
+        self.lock = threading.Lock()  # one call at a time uses the static buffers
+        self.last = None  # CUDA event recorded after the last replay's output was copied out
+        self.graphs_weights = None  # the weights number the cached graphs were captured with
+
+    def __deepcopy__(self, memo):
+        """A copy (of a deep-copied model) starts with no graphs: they hold the original's addresses."""
+        import copy
+
+        return GraphedForward(copy.deepcopy(self.llm, memo), copy.deepcopy(self.inner, memo), self.buckets,
+                              self.max_graphs, self.devices, self.capture)
+
+    def close(self) -> None:
+        self.cache.clear()
+        self.pool = None
+        self.weights.close()
 
     def __call__(self, *args, **kwargs):
         shape = llm_call_shape(args, kwargs)
@@ -100,17 +195,42 @@ class GraphedForward:
             self.passthrough += 1
             return self.inner(*args, **kwargs)
         rows, length, keys = shape
-        key = graph_key(rows, length, keys, embeds.dtype, embeds.device, self.llm.config._attn_implementation,
-                        self.buckets)
         mask = kwargs["attention_mask"]
-        entry = self.cache.get_or_create(key, lambda: self._capture(key, embeds, mask))
-        if entry.graph is None:
-            return self.inner(*args, **kwargs)
+        with self.lock:
+            weights = self.weights.generation()
+            if weights != self.graphs_weights:
+                if len(self.cache):
+                    self.recaptures += 1
+                    self.cache.clear()  # every graph reads the old storages
+                self.graphs_weights = weights
+            key = graph_key(rows, length, keys, embeds.dtype, embeds.device, self.llm.config._attn_implementation,
+                            self.buckets, weights)
+            known = key in self.cache
+            entry = self.cache.get_or_create(key, lambda: self._capture(key, embeds, mask))
+            if known and entry.graph is None and entry.tries < CAPTURE_TRIES:  # failed on an earlier call: again
+                entry = self._capture(key, embeds, mask, tries=entry.tries + 1)
+                self.cache.replace(key, entry)
+            if entry.graph is not None:
+                return self._replay(entry, embeds, mask, length)
+        return self.inner(*args, **kwargs)  # this shape's capture failed: eagerly, outside the lock
+
+    def _replay(self, entry: Captured, embeds: torch.Tensor, mask: torch.Tensor, length: int) -> torch.Tensor:
+        on_cuda = embeds.device.type == "cuda"
+        if on_cuda and self.last is not None:
+            torch.cuda.current_stream(embeds.device).wait_event(self.last)  # another stream's replay is done
         fill_padded(embeds, mask, entry.embeds, entry.mask)
         entry.graph.replay()
-        return hidden_output(entry.hidden, length)
+        out = hidden_output(entry.hidden, length)
+        if on_cuda:
+            self.last = torch.cuda.Event()
+            self.last.record(torch.cuda.current_stream(embeds.device))
+        return out
 
-    def _capture(self, key: GraphKey, embeds: torch.Tensor, mask: torch.Tensor) -> Captured:
+    def _capture(self, key: GraphKey, embeds: torch.Tensor, mask: torch.Tensor, tries: int = 1) -> Captured:
+        with _CAPTURE_LOCK:
+            return self._capture_alone(key, embeds, mask, tries)
+
+    def _capture_alone(self, key: GraphKey, embeds: torch.Tensor, mask: torch.Tensor, tries: int) -> Captured:
         device = embeds.device
         synchronize(device)
         start = time.perf_counter()
@@ -129,11 +249,13 @@ class GraphedForward:
             graph, hidden = self.capture(run, self.pool)
         except Exception as err:  # noqa: BLE001 - any capture failure falls back to eager for this shape
             self.cache.stats.failures += 1
-            log.warning("cuda_graphs: capture of %s failed, running it eagerly: %s", key, err)
-            entry = Captured(None, None, None, None, time.perf_counter() - start, f"{type(err).__name__}: {err}")
+            log.warning("cuda_graphs: capture %d/%d of %s failed, running it eagerly: %s", tries, CAPTURE_TRIES, key,
+                        err)
+            entry = Captured(None, None, None, None, time.perf_counter() - start, f"{type(err).__name__}: {err}",
+                             tries)
         else:
             synchronize(device)
-            entry = Captured(graph, static_embeds, static_mask, hidden, time.perf_counter() - start)
+            entry = Captured(graph, static_embeds, static_mask, hidden, time.perf_counter() - start, None, tries)
         self.captures.append((key, entry.seconds, entry.error))
         return entry
 
@@ -146,6 +268,7 @@ class GraphedForward:
             **self.cache.stats.as_dict(),
             "graphs": sum(e.graph is not None for e in entries),
             "passthrough": self.passthrough,
+            "recaptures": self.recaptures,
             "capture_seconds": [round(seconds, 4) for _, seconds, _ in self.captures],
             "errors": [error for _, _, error in self.captures if error],
             "keys": self.cache.keys(),
@@ -172,8 +295,17 @@ def remove(model) -> None:
     """Drop the graphs and put back the forward the instance had."""
     graphed = instance.remove_wrapper(model, GRAPHS_ATTR, "forward", lambda wrapper: model.llm)
     if graphed is not None:
-        graphed.cache.clear()
-        graphed.pool = None
+        graphed.close()
+
+
+def recapture(model) -> None:
+    """Drop every captured graph of the applied `cuda_graphs` patch, so each shape is captured again on its next
+    call: after a change the weights' addresses do not show (module docstring)."""
+    graphed = model.__dict__.get(GRAPHS_ATTR)
+    if graphed is not None:
+        with graphed.lock:
+            graphed.cache.clear()
+            graphed.recaptures += 1
 
 
 def stats(model) -> dict | None:

@@ -66,7 +66,8 @@ class GraphKey:
     """What one captured graph is specialised to: replaying it for anything else would be wrong.
 
     rows: batch rows G; length: bucketed query length; keys: bucketed key length (the mask's last dim, >= length);
-    dtype, device: of the input embeddings; attention: the LLM's attention implementation name.
+    dtype, device: of the input embeddings; attention: the LLM's attention implementation name; weights: which
+    set of parameter and buffer storages the graph reads (a number the owner changes when any of them changes).
     """
 
     rows: int
@@ -75,14 +76,16 @@ class GraphKey:
     dtype: str
     device: str
     attention: str
+    weights: int = 0
 
 
-def graph_key(rows: int, length: int, keys: int, dtype, device, attention: str, buckets: Buckets) -> GraphKey:
+def graph_key(rows: int, length: int, keys: int, dtype, device, attention: str, buckets: Buckets,
+              weights: int = 0) -> GraphKey:
     """The key for a forward over [rows, length] with a [rows, 1, length, keys] mask (keys >= length)."""
     if keys < length:
         raise ValueError(f"mask width {keys} is narrower than the sequence length {length}")
     padded = buckets.length(length)
-    return GraphKey(rows, padded, max(buckets.length(keys), padded), str(dtype), str(device), attention)
+    return GraphKey(rows, padded, max(buckets.length(keys), padded), str(dtype), str(device), attention, weights)
 
 
 @dataclass
@@ -126,6 +129,11 @@ class LRUCache:
             if self.on_evict is not None:
                 self.on_evict(old_key, old_value)
         return value
+
+    def replace(self, key: Hashable, value) -> None:
+        """Put `value` in place of the entry under `key` (most recently used now); the old one is not evicted."""
+        self._entries[key] = value
+        self._entries.move_to_end(key)
 
     def keys(self) -> list:
         """Keys from least to most recently used."""

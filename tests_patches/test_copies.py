@@ -1,0 +1,74 @@
+"""`copy.deepcopy` of a patched model: the copy carries the same patches, generates what the original does, and
+reverts to stock on its own, leaving the original patched. CPU, tiny checkpoint."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+import fastpath
+from fastpath import prompt_cache
+from fastpath.gpu import compiled, flags, graphs
+from harness.points import reference
+
+pytestmark = pytest.mark.cpu
+POINT = dict(text=["Hi there.", "This sentence is a little bit longer than the first one."], language="en",
+             num_step=4, postprocess_output=False)
+# every lossless patch, and GPU patches that install wrappers (inert on a CPU model, but on its instance)
+STACK = list(fastpath.LOSSLESS) + ["cuda_graphs", "compiled_vocoder", "cuda_tf32"]
+COMPILED_ON_CUDA = object()  # stands for the compiled decode a CUDA model's wrapper holds after its first call
+
+
+def waveforms(model, seed: int = 0) -> list:
+    torch.manual_seed(seed)
+    return model.generate(**POINT)
+
+
+def same(a, b) -> bool:
+    return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def instance_attributes(model) -> dict:
+    """What patches put on instances: the model's own attributes, and those of the submodules they wrap."""
+    return {"model": sorted(model.__dict__), "llm": sorted(model.llm.__dict__),
+            "tokenizer": sorted(model.audio_tokenizer.__dict__), "attention": model.llm.config._attn_implementation}
+
+
+def test_deepcopy_of_a_patched_model_carries_its_patches_and_reverts_to_stock(model):
+    stock, stock_state = waveforms(model), instance_attributes(model)
+    audio, text = reference("ref_3s")
+    fastpath.apply(model, STACK)
+    try:
+        model.create_voice_clone_prompt(ref_audio=audio, ref_text=text)
+        model.__dict__[compiled.VOCODER_ATTR].compiled = COMPILED_ON_CUDA  # it calls the original's decode
+        twin = copy.deepcopy(model)
+        model.__dict__[compiled.VOCODER_ATTR].compiled = None
+        assert fastpath.applied(twin) == fastpath.applied(model) == STACK
+        assert same(waveforms(twin), stock), "the copy, patched, does not generate what stock does"
+        assert prompt_cache.stats(twin)["entries"] == 1 and twin._fastpath_prompt_cache is not \
+            model._fastpath_prompt_cache, "the copy's prompt cache is not its own copy"
+        twin.create_voice_clone_prompt(ref_audio=audio, ref_text=text)
+        assert prompt_cache.stats(twin)["hits"] == 1 and prompt_cache.stats(model)["hits"] == 0
+        assert twin.__dict__[graphs.GRAPHS_ATTR].llm is twin.llm, "the copy's graphs wrap the original's LLM"
+        decode = twin.__dict__[compiled.VOCODER_ATTR]
+        assert decode.tokenizer is twin.audio_tokenizer and decode.compiled is None, (
+            "the copy's compiled decode is the original's")
+        assert twin.__dict__[flags.FLAGS_ATTR]["changed"] == {}, "the copy would revert the original's settings"
+        assert fastpath.revert(twin) == []
+        assert instance_attributes(twin) == stock_state, "the reverted copy still carries patches"
+        assert same(waveforms(twin), stock), "the reverted copy does not generate what stock does"
+        assert fastpath.applied(model) == STACK and "_generate_iterative" in model.__dict__, (
+            "reverting the copy reverted the original")
+        assert same(waveforms(model), stock)
+    finally:
+        fastpath.revert(model)
+    assert instance_attributes(model) == stock_state
+
+
+def test_deepcopy_of_a_stock_model_is_a_plain_copy(model):
+    twin = copy.deepcopy(model)
+    assert "__deepcopy__" not in model.__dict__ and "__deepcopy__" not in twin.__dict__
+    assert fastpath.applied(twin) == []

@@ -1,0 +1,214 @@
+"""fastpath.stream under real use: beside plain generate calls, cancelled from another thread, abandoned, given
+bad input, with patches applied or reverted meanwhile. CPU, tiny checkpoint.
+
+Every wait here has a deadline, so a stream that takes over the model fails the test instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import fastpath
+from harness import REPO_ROOT
+from harness.points import load_spec, reference
+
+TEXT = load_spec()["texts"]["three"]
+OTHER = "A plain generate call, with words of its own."
+DEADLINE = 60.0  # seconds any one wait may take; a few on this machine when all is well
+pytestmark = pytest.mark.cpu
+
+
+@pytest.fixture(scope="module")
+def prompt(model):
+    audio, text = reference("ref_6s")
+    return model.create_voice_clone_prompt(ref_audio=audio, ref_text=text)
+
+
+def kwargs(prompt, steps: int = 8) -> dict:  # three chunks of TEXT on the tiny checkpoint (tests_parity/test_stream.py)
+    return dict(language="en", voice_clone_prompt=prompt, postprocess_output=False, audio_chunk_duration=2.0,
+                num_step=steps)
+
+
+def generate(model, prompt, seed: int):
+    torch.manual_seed(seed)
+    return model.generate(text=OTHER, **kwargs(prompt))[0]
+
+
+def in_thread(call):
+    """Run `call` on another thread; returns a function that waits (DEADLINE) and gives its result or raises."""
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = call()
+        except BaseException as err:  # noqa: BLE001 - re-raised on the waiting thread
+            out["error"] = err
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def result():
+        thread.join(DEADLINE)
+        assert not thread.is_alive(), f"still running after {DEADLINE:.0f} s: the call is stuck"
+        if "error" in out:
+            raise out["error"]
+        return out["value"]
+
+    return result
+
+
+def eventually(condition, what: str) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {DEADLINE:.0f} s: {what}"
+        time.sleep(0.01)
+
+
+def untouched(model) -> dict:
+    return {"dict": dict(model.__dict__), "hooks": dict(model.audio_heads._forward_pre_hooks)}
+
+
+def test_a_generate_between_two_pieces_gives_what_it_gives_alone(model, prompt):
+    alone = generate(model, prompt, seed=7)
+    torch.manual_seed(0)
+    solo = list(fastpath.stream(model, TEXT, **kwargs(prompt)))
+    before = untouched(model)
+    torch.manual_seed(0)
+    stream = fastpath.stream(model, TEXT, **kwargs(prompt))
+    try:
+        pieces = [next(stream)]
+        eventually(lambda: stream.waiting == 1, "the worker made the next chunk")  # and now waits for the reader
+        between = in_thread(lambda: generate(model, prompt, seed=7))()
+        pieces += list(stream)
+    finally:
+        stream.close()
+    assert np.array_equal(between, alone), "a generate between two pieces of a stream differs from it alone"
+    assert len(pieces) == len(solo) and all(np.array_equal(a, b) for a, b in zip(pieces[:2], solo[:2])), (
+        "the pieces drawn before the generate differ from the stream alone")
+    assert sum(p.size for p in pieces) == sum(p.size for p in solo)  # the later ones draw after it: same length
+    assert untouched(model) == before, "the stream left something on the model"
+
+
+def test_a_generate_beside_a_running_stream_finishes_with_its_own_audio(model, prompt):
+    """True concurrency: the generate's thread is held at its second step until the stream, busy on a chunk, has
+    been closed. Both draw from the global generator, so only the lengths are compared."""
+    alone = generate(model, prompt, seed=7)
+    steps = {"worker": 0, "other": 0}
+    hold, closed = threading.Event(), threading.Event()
+
+    def count(module, args):
+        if threading.current_thread().name == "fastpath-stream":
+            steps["worker"] += 1
+        elif threading.current_thread().name == "other":
+            steps["other"] += 1
+            if steps["other"] == 2:
+                hold.set()
+                closed.wait(DEADLINE)
+
+    handle = model.audio_heads.register_forward_pre_hook(count)
+    try:
+        stream = fastpath.stream(model, TEXT, **kwargs(prompt, steps=16))
+        next(stream)  # the worker now makes chunk 1
+        result: dict = {}
+        other = threading.Thread(target=lambda: result.setdefault("audio", generate(model, prompt, seed=7)),
+                                 name="other", daemon=True)
+        other.start()
+        assert hold.wait(DEADLINE), "the other thread's generate never reached its second step"
+        worker_steps = steps["worker"]
+        stream.close()
+        closed.set()
+        other.join(DEADLINE)
+        assert not other.is_alive(), "the generate beside the stream never finished"
+    finally:
+        handle.remove()
+    assert "audio" in result, "the generate beside the stream raised (see the thread's traceback above)"
+    assert result["audio"].shape == alone.shape, f"{result['audio'].shape} vs alone {alone.shape}: not its audio"
+    assert worker_steps > 0, "the test did not overlap the two: the worker ran no step while the generate was held"
+
+
+def test_cancel_from_another_thread_ends_the_readers_loop(model, prompt):
+    before = untouched(model)
+    stream = fastpath.stream(model, TEXT, **kwargs(prompt, steps=32))
+    reader = in_thread(lambda: [p.size for p in stream])
+    time.sleep(0.2)  # the reader is inside next(), waiting on the worker
+    stream.cancel()
+    read = reader()
+    assert stream.cancelled and len(read) < 3, f"the stream was not cancelled: {len(read)} pieces"
+    stream.close()
+    assert untouched(model) == before, "a cancelled stream left its hook or something else on the model"
+    with pytest.raises(StopIteration):
+        next(stream)
+
+
+def test_applies_reverts_and_copies_wait_for_the_stream(model, prompt):
+    fastpath.apply(model, "sliced_heads")
+    try:
+        stream = fastpath.stream(model, TEXT, **kwargs(prompt))
+        next(stream)
+        for call in (lambda: fastpath.apply(model, "trimmed_cfg"), lambda: fastpath.revert(model),
+                     lambda: copy.deepcopy(model)):
+            with pytest.raises(fastpath.StreamBusyError, match="close"):
+                call()
+        assert fastpath.applied(model) == ["sliced_heads"]
+        with pytest.raises(fastpath.StreamBusyError, match="close"):
+            fastpath.stream(model, TEXT, **kwargs(prompt))
+        stream.close()
+        assert fastpath.apply(model, "trimmed_cfg") == ["sliced_heads", "trimmed_cfg"]
+    finally:
+        fastpath.revert(model)
+    assert fastpath.applied(model) == [] and "_generate_iterative" not in model.__dict__
+
+
+def test_a_dropped_stream_stops_its_worker(model, prompt):
+    before = untouched(model)
+    stream = fastpath.stream(model, TEXT, **kwargs(prompt))
+    next(stream)
+    del stream
+    gc.collect()
+    eventually(lambda: untouched(model) == before, "the dropped stream's worker stopped and left the model as it was")
+    fastpath.stream(model, TEXT, **kwargs(prompt)).close()  # the model is free for the next one
+
+
+def test_an_open_stream_does_not_hold_up_the_interpreters_exit(checkpoint):
+    script = textwrap.dedent(f"""
+        import time
+        import fastpath
+        from harness.checkpoint import load_model
+        model = load_model({str(checkpoint.path)!r})
+        stream = fastpath.stream(model, {TEXT!r}, language="en", num_step=4, audio_chunk_duration=2.0)
+        next(stream)
+        print("END", time.monotonic(), flush=True)
+    """)
+    try:
+        done = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True,
+                              timeout=DEADLINE + 30, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    except subprocess.TimeoutExpired as err:
+        pytest.fail(f"a script that took one piece of a stream and ended did not exit in {err.timeout:.0f} s")
+    ended = [line for line in done.stdout.splitlines() if line.startswith("END ")]
+    assert done.returncode == 0 and ended, f"rc {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    lag = time.monotonic() - float(ended[0].split()[1])
+    assert lag < 10, f"the interpreter took {lag:.1f} s to exit after the script's end"
+
+
+def test_bad_input_is_refused_with_the_fix(model, prompt):
+    for empty in ("", "   \n"):
+        with pytest.raises(ValueError, match="empty text"):
+            fastpath.stream(model, empty)
+    unsplit = " ".join(["words without a single mark between them"] * 12)
+    with pytest.raises(ValueError, match=r"cannot stream.*Add punctuation"):
+        fastpath.stream(model, unsplit, **kwargs(prompt))
+    with pytest.raises(ValueError, match="audio_chunk_duration"):
+        fastpath.stream(model, TEXT, **{**kwargs(prompt), "audio_chunk_duration": 0})
+    with fastpath.stream(model, TEXT, **kwargs(prompt)) as stream:  # the refusals left the model free
+        assert next(stream).size > 0
