@@ -10,10 +10,16 @@ import ast
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
+
+import pytest
 
 from harness import REPO_ROOT
 from harness.checkpoint import build_checkpoint
+from harness.points import load_spec
+
+THREE_CHUNKS = load_spec()["texts"]["three"]  # three chunks at 2 s on the tiny checkpoint: the worker is still busy
 
 
 def test_the_wheel_holds_the_patches_and_needs_torch_and_omnivoice_alone(tmp_path):
@@ -31,9 +37,10 @@ def test_the_wheel_holds_the_patches_and_needs_torch_and_omnivoice_alone(tmp_pat
     assert requires == ["omnivoice", "torch"], requires
     unpacked = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(unpacked)
-    # outside the checkout, fastpath from the unpacked wheel only: load, apply, generate, revert
+    # outside the checkout, fastpath from the unpacked wheel only, as a user's script: load, apply, generate, revert,
+    # then take one piece of a stream and end with the stream still open (its worker must not hold up the exit)
     code = (
-        "import fastpath, sys\n"
+        "import fastpath, sys, time\n"
         f"assert fastpath.__file__.startswith({str(unpacked)!r}), fastpath.__file__\n"
         "from omnivoice import OmniVoice\n"
         f"model = OmniVoice.from_pretrained({str(build_checkpoint('tiny'))!r})\n"
@@ -41,11 +48,19 @@ def test_the_wheel_holds_the_patches_and_needs_torch_and_omnivoice_alone(tmp_pat
         "model.generate(text='Hello.', language='en', num_step=2)\n"
         "assert fastpath.revert(model) == []\n"
         "assert 'harness' not in sys.modules\n"
-        "print('ok')\n"
+        f"stream = fastpath.stream(model, {THREE_CHUNKS!r}, language='en', num_step=4, audio_chunk_duration=2.0)\n"
+        "next(stream)\n"
+        "print('ok', time.monotonic(), flush=True)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={"PYTHONPATH": str(unpacked), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
-    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+    try:
+        done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=180,
+                              env={"PYTHONPATH": str(unpacked), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    except subprocess.TimeoutExpired as err:
+        pytest.fail(f"the script did not exit in {err.timeout:.0f} s: an open stream held up the interpreter's exit")
+    ended = [line for line in done.stdout.splitlines() if line.startswith("ok ")]
+    assert done.returncode == 0 and ended, done.stderr[-3000:]
+    lag = time.monotonic() - float(ended[0].split()[1])
+    assert lag < 10, f"the interpreter took {lag:.1f} s to exit after the script's end (a stream was left open)"
 
 
 def imports(path, modules) -> set:
