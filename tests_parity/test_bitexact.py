@@ -25,10 +25,13 @@ from harness.parity import (
 # bit-exact there by tests_patches/test_registry.py and test_gpu_registry.py, and against stock with tolerances by
 # test_gpu_parity on CUDA)
 PATCH_SETS = [(name,) for name in fastpath.LOSSLESS] + [tuple(fastpath.LOSSLESS)]
-# The stack runs at every point in the default run; each patch alone at these four (auto voice, voice clone, a
+# The stack runs at every point but SLOW_POINTS in the default run; each patch alone at these four (auto voice, voice clone, a
 # mixed batch, a one-word target that takes the small-GEMM path) and at the other six under --slow, to keep the
 # default run within its time budget (README, "Running the suite").
 SINGLE_PATCH_POINTS = ("auto_voice", "voice_clone_audio", "batch_of_3", "one_word")
+# long_chunked (a 40 s paragraph at 32 steps, 9 to 18 s) under --slow too: in the default run upstream's chunked path
+# with the stack is checked bit for bit per chunk by tests_parity/test_stream.py (the same _generate_chunked calls)
+SLOW_POINTS = ("long_chunked",)
 
 
 def cases():
@@ -36,7 +39,7 @@ def cases():
         for patches in PATCH_SETS:
             alone_elsewhere = len(patches) == 1 and point not in SINGLE_PATCH_POINTS
             yield pytest.param(point, patches, id=f"{point}-{'+'.join(patches)}",
-                               marks=[pytest.mark.slow] if alone_elsewhere else [])
+                               marks=[pytest.mark.slow] if alone_elsewhere or point in SLOW_POINTS else [])
 
 
 @pytest.fixture(scope="module")
