@@ -14,6 +14,8 @@ import pytest
 
 from harness.checkpoint import ENV_CHECKPOINT, CheckpointError, find_hf_cache, load_model, resolve_checkpoint
 
+pytest_plugins = ("pytester",)  # tests of pytest plugins and hooks run pytest in this process
+
 MARKERS = {
     "cpu": "runs on the CPU",
     "cuda": "needs a CUDA GPU (skipped elsewhere, saying so)",

@@ -9,9 +9,6 @@ import json
 import os
 import re
 import statistics
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -247,15 +244,16 @@ def test_extend_machine_info_adds_ours_under_fastpath():
     assert ours["device"] == "cpu" and ours["device_key"] == device_key(machine_info("cpu"))
 
 
-def test_reads_a_real_pytest_benchmark_json(tmp_path):
-    """SpeedRun pytest-benchmark for real (subprocess) with the machine-info hook, then read its --benchmark-json."""
-    (tmp_path / "conftest.py").write_text(textwrap.dedent("""
+def test_reads_a_real_pytest_benchmark_json(pytester):
+    """SpeedRun pytest-benchmark for real (pytester, in this process: torch is imported once) with the machine-info
+    hook, then read its --benchmark-json."""
+    pytester.makeconftest("""
         from harness.machine import extend_machine_info
 
         def pytest_benchmark_update_machine_info(config, machine_info):
             extend_machine_info(machine_info, "cpu")
-    """))
-    (tmp_path / "test_points.py").write_text(textwrap.dedent("""
+    """)
+    pytester.makepyfile(test_points="""
         def test_rtf(benchmark):
             benchmark.extra_info["point"] = "cpu-short"
             benchmark.extra_info["rtf_samples"] = [0.40, 0.41, 0.39, 0.42, 0.40, 0.41]
@@ -264,15 +262,11 @@ def test_reads_a_real_pytest_benchmark_json(tmp_path):
 
         def test_plain(benchmark):
             benchmark.pedantic(sum, args=([1, 2],), rounds=7)
-    """))
-    out = tmp_path / "run.json"
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", f"--benchmark-json={out}",
-         "test_points.py"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    """)
+    out = pytester.path / "run.json"
+    result = pytester.runpytest_inprocess("-q", "-p", "no:cacheprovider", "-o", "addopts=", f"--benchmark-json={out}",
+                                          "test_points.py")
+    assert result.ret == 0, result.stdout.str()
     run = load_run(out)
     assert run.kind == "pytest-benchmark"
     assert run.device_key == device_key(machine_info("cpu"))
