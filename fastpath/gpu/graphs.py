@@ -14,9 +14,9 @@ again on a later call (at most CAPTURE_TRIES times in all).
 
 Weights: a graph reads the parameters and buffers at the addresses they had at capture. The key holds a number
 for the set of storages the LLM has (`Weights`): each call compares every parameter's and buffer's address with
-the last seen (one C++ call, ~10 us for Qwen3-0.6B's 310 tensors) and re-reads the module tree after any
-parameter, buffer or submodule registration anywhere in the process (torch's global registration hooks, held
-while a GraphedForward exists). A move (`model.cpu().cuda()`, `.to(dtype)`), `load_state_dict(..., assign=True)`
+the last seen (one C++ call over the tensors, as torch.compile's CUDA graphs check theirs; no walk of the module
+tree) and re-reads the module tree after any parameter, buffer or submodule registration anywhere in the process
+(torch's global registration hooks, held while a GraphedForward exists). A move (`model.cpu().cuda()`, `.to(dtype)`), `load_state_dict(..., assign=True)`
 or an adapter that replaces modules or registers weights therefore drops the old graphs and captures anew; an
 in-place load (`load_state_dict` without assign, merging an adapter into the weights) keeps them, correctly, as
 the graph reads the new values at the old addresses. Not seen: a change of Python state alone that changes what
