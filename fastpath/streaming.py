@@ -85,7 +85,6 @@ class _Worker:  # per model, kept across streams: CUDA graphs and compiled code 
 
 
 _workers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_open: weakref.WeakSet = weakref.WeakSet()  # open streams, cancelled at interpreter exit
 UNSPLIT_LIMIT = 2.0  # a text upstream cannot split whose audio is longer than this many chunks is refused
 
 
@@ -236,7 +235,6 @@ class Stream:
             worker.busy.release()
             raise
         _open_streams[model] = self._job  # the job, not this object: a dropped stream is collected (and cancelled)
-        _open.add(self)
         worker.jobs.put(self._job)
 
     @property
@@ -355,12 +353,12 @@ class _Job:
 
 
 def _cancel_open_streams() -> None:
-    """At interpreter exit: cancel every open stream and give its worker a moment to leave upstream's code."""
-    streams = list(_open)
-    for s in streams:
-        s.cancel()
-    for s in streams:
-        s._stopped.wait(timeout=2.0)
+    """At interpreter exit: cancel every open stream's job and give its worker a moment to leave upstream's code."""
+    jobs = list(_open_streams.values())
+    for job in jobs:
+        job.cancel.set()
+    for job in jobs:
+        job.stopped.wait(timeout=2.0)
 
 
 def _decode(model, tokens):
