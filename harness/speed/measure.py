@@ -21,6 +21,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import fastpath
 from fastpath.gpu import synchronize
 from fastpath.instance import overridden
+from harness.speed.stability import load_average
 
 
 def timed_generate(model, seed: int | None, **kwargs) -> tuple:
@@ -70,6 +71,7 @@ class Samples:
     seconds: list = field(default_factory=list)
     audio_seconds: float = 0.0
     first_call_seconds: float | None = None
+    load: list = field(default_factory=list)  # 1-minute load average after each timed call (stability.judge)
 
     @property
     def median(self) -> float:
@@ -85,18 +87,20 @@ class Samples:
         if round_index == 0:
             self.first_call_seconds = seconds
             return
+        self.load.append(load_average())
         self.seconds.append(seconds)
         self.rtf.append(seconds / audio_seconds)
         self.audio_seconds = audio_seconds
 
 
-def interleaved(model, variants: dict, kwargs: dict, rounds: int, seed: int = 0, overrides: dict | None = None) -> dict:
+def interleaved(model, variants: dict, kwargs: dict, rounds: int, seed: int = 0, overrides: dict | None = None,
+                on_call=None) -> dict:
     """Time each variant (name -> patch names) `rounds` times, alternating A B A B, after one warm-up each.
 
     Interleaving spreads slow drifts of a shared machine (other load, clocks) over every variant alike, so
     their ratio is fair even when absolute times are not. `overrides` (name -> generate keyword arguments)
     changes a variant's settings, e.g. {"preset": {"num_step": 12}}. `kwargs` may be a list: one sample is
-    then those calls in a row (`timed_calls`).
+    then those calls in a row (`timed_calls`). `on_call(round, name)` runs after each call (progress).
     """
     overrides = overrides or {}
     out = {name: Samples(name, tuple(p)) for name, p in variants.items()}
@@ -104,6 +108,8 @@ def interleaved(model, variants: dict, kwargs: dict, rounds: int, seed: int = 0,
         for name, patches in variants.items():
             with fastpath.patched(model, list(patches)):
                 out[name].add(r, *timed(model, seed, kwargs, overrides.get(name, {})))
+            if on_call:
+                on_call(r, name)
     return out
 
 
@@ -122,13 +128,14 @@ class Variant:
     overrides: dict = field(default_factory=dict)
 
 
-def interleaved_variants(variants: dict, kwargs: dict, rounds: int, seed: int = 0) -> dict:
+def interleaved_variants(variants: dict, kwargs: dict, rounds: int, seed: int = 0, on_call=None) -> dict:
     """`interleaved` for patches whose apply is costly to redo (graph captures, compiles): name -> Variant.
 
     Each model instance is patched once for the whole run (variants sharing a model must share its patches)
     and reverted at the end; process-global patches (`fastpath.registry.PROCESS_GLOBAL`, e.g. TF32 flags) are
     applied around each of their variant's calls only, so they never leak into another variant's timing. The
-    first round is the warm-up (captures, compiles) and is reported as first-call latency.
+    first round is the warm-up (captures, compiles) and is reported as first-call latency. `on_call(round, name)`
+    runs after each call (progress).
     """
     from contextlib import ExitStack
 
@@ -149,6 +156,8 @@ def interleaved_variants(variants: dict, kwargs: dict, rounds: int, seed: int = 
             for name, v in variants.items():
                 with fastpath.patched(v.model, [p for p in v.patches if p in PROCESS_GLOBAL]):
                     out[name].add(r, *timed(v.model, seed, kwargs, v.overrides))
+                if on_call:
+                    on_call(r, name)
     return out
 
 
