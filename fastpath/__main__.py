@@ -1,4 +1,4 @@
-"""Command line of the patch package: `python -m fastpath fingerprints` (the suite's report is `python -m harness
+"""Command line of the patch package: `python -m fastpath fingerprints` (the suite's report is `fastpath-suite
 report`, in the repository beside the tiers).
 
     python -m fastpath fingerprints            # show the installed version's fingerprints vs the known ones
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 
-def fingerprints_main(argv) -> int:
+def fingerprints_main(argv, prog: str = "python -m fastpath fingerprints") -> int:
     """`python -m fastpath fingerprints`: the installed (or --source) fingerprints against the known ones."""
     from fastpath.fingerprints import (
         fingerprint,
@@ -24,7 +24,7 @@ def fingerprints_main(argv) -> int:
     )
     from fastpath.registry import relied_on
 
-    parser = argparse.ArgumentParser(prog="python -m fastpath fingerprints",
+    parser = argparse.ArgumentParser(prog=prog, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                                      description="Upstream fingerprints of the installed omnivoice vs the known ones.")
     parser.add_argument("--record", action="store_true",
                         help="add these fingerprints to fingerprints.json as known to work (after review and parity)")
@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] != "fingerprints":
         print("usage: python -m fastpath fingerprints [--record] [--source FILE --version X] [--only NAME ...]\n"
-              "(the suite's report: python -m harness report, from a checkout of the repository)", file=sys.stderr)
+              "(the suite's report: fastpath-suite report, from a checkout of the repository)", file=sys.stderr)
         return 2
     return fingerprints_main(argv[1:])
 

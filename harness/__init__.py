@@ -2,7 +2,7 @@
 
 Stages, in the order a run uses them: `checkpoint` (build / find / load the model), `parity` (record and compare
 generations), `speed` (measure, baselines, compare), `quality` (generate, judge, score, gate), `goldens` and
-`gate` (upstream version bumps), `report` (`python -m harness report`). `machine` describes the machine once for
+`gate` (upstream version bumps), `report` (`fastpath-suite report`). `machine` describes the machine once for
 all of them. Everything reads the repository through `REPO_ROOT`.
 """
 

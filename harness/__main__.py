@@ -1,43 +1,97 @@
-"""Command line of the harness: `python -m harness report`, the suite's report on a checkpoint."""
+"""The suite's one command line: `fastpath-suite <verb> ...` (the same as `python -m harness <verb> ...`).
+
+Each verb is a small module with its own `--help` (defaults shown); `fastpath-suite --help` lists them. The old
+module entry points (`python -m harness.speed.bench`, ...) still work and are the same code.
+"""
 
 from __future__ import annotations
 
-import argparse
-import shlex
+import subprocess
 import sys
 from pathlib import Path
 
-from harness.cli import int_at_least
+ROOT = Path(__file__).resolve().parents[1]
+
+# verb -> (what runs it: "module:function" taking argv, or a script under scripts/, one line for --help)
+VERBS = {
+    "report": ("harness.report:main", "the suite's report on a checkpoint: patches, parity, work, timing (command 1)"),
+    "gate": ("harness.gate:main", "may an omnivoice version ship? parity, behaviour, quality on a candidate"),
+    "bench": ("harness.speed.bench:main", "interleaved timing of variants (stock, lossless, peer, gpu...) at points"),
+    "grid": ("harness.speed.bench:grid_main", "bench over every speed point: stock, the public package, lossless"),
+    "compare": ("harness.speed.compare:main", "compare two speed runs or baselines point by point"),
+    "stream": ("harness.speed.streaming:main", "streaming: time to first audio and underruns against generate"),
+    "prefix": ("harness.speed.prefix:main", "the approximate prefix-KV cache: speed and how far tokens drift"),
+    "stability": ("harness.speed.stability:main", "how often the 'unstable timing' rule fires, quiet and under load"),
+    "simulate": ("harness.quality.simulate:main", "the quality gate's pass rates on simulated data of known truth"),
+    "known-answer": ("harness.quality.known_answer:main", "the quality gate's pass rates on real espeak-ng speech"),
+    "goldens": ("harness.goldens:main", "record or check golden outputs of the test checkpoint"),
+    "behaviour": ("harness.behaviour:main", "record upstream's behaviour (settings it reads, calls it makes)"),
+    "fingerprints": ("harness.__main__:fingerprints", "upstream fingerprints, installed against known"),
+    "false-alarms": ("scripts/false_alarms.sh", "the default test run N times on fresh clones: failures per test"),
+    "gpu-check": ("scripts/gpu_check.sh", "the GPU tier in one call on a CUDA machine"),
+    "full-size-parity": ("scripts/full_size_parity.py", "bit-exactness of the lossless stack at full-size points"),
+    "peer-rates": ("scripts/peer_gate_rates.py", "simulated pass rates of the peer speed gate from a grid run"),
+    "speed-gate-check": ("scripts/validate_speed_gate.sh", "record a CPU baseline, 5 clean reruns, one slowed run"),
+    "results": ("harness.results:main", "render docs/results.md from the results files (--check: verify)"),
+}
+
+
+def fingerprints(argv) -> int:
+    from fastpath.__main__ import fingerprints_main
+
+    return fingerprints_main(argv, prog="fastpath-suite fingerprints")
+
+
+def usage() -> str:
+    width = max(map(len, VERBS))
+    lines = ["usage: fastpath-suite <verb> [options]   (the same: python -m harness <verb>)", "",
+             "The OmniVoice fastpath suite: reports, speed and quality measurements, the version-bump gate.", "",
+             "verbs:"]
+    lines += [f"  {verb:{width}s}  {summary}" for verb, (_, summary) in VERBS.items()]
+    lines += ["", "fastpath-suite <verb> --help shows a verb's options and their defaults.",
+              "Tests: pytest (docs/ in the repository say which tier runs where)."]
+    return "\n".join(lines)
+
+
+def script_help(path: Path) -> str:
+    """A script's header comment (bash) or docstring (Python), as its --help."""
+    text = path.read_text()
+    if path.suffix == ".py":
+        import ast
+
+        return ast.get_docstring(ast.parse(text)) or ""
+    lines = [line[2:] if line.startswith("# ") else line[1:] for line in text.splitlines()[1:]
+             if line.startswith("#")][:40]
+    return "\n".join(lines)
+
+
+def run_script(verb: str, path: Path, argv: list) -> int:
+    if any(a in ("-h", "--help") for a in argv) and path.suffix == ".sh":
+        print(f"usage: fastpath-suite {verb} ...\n\n{script_help(path)}")
+        return 0
+    command = [sys.executable, str(path)] if path.suffix == ".py" else ["bash", str(path)]
+    return subprocess.call(command + argv)
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="python -m harness")
-    sub = parser.add_subparsers(dest="command", required=True)
-    rep = sub.add_parser("report", help="report on a checkpoint: patches, parity, work, timing",
-                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    rep.add_argument("--checkpoint", default=None,
-                     help="a real OmniVoice checkpoint folder, or 'hf' (env FASTPATH_CHECKPOINT); default: built test checkpoint")
-    rep.add_argument("--size", choices=("tiny", "full"), default="tiny", help="size of the built test checkpoint")
-    rep.add_argument("--out", type=Path, default=Path("out"), help="folder for report.md and report.json")
-    rep.add_argument("--rounds", type=int_at_least(1), default=3, help="interleaved timing rounds per variant")
-    rep.add_argument("--timing-size", choices=("tiny", "full"), default="full",
-                     help="built checkpoint the timing runs on (without --checkpoint): full, where compute dominates, "
-                          "or tiny, which measures per-call overhead only")
-    args = parser.parse_args(argv)
-
-    from harness.checkpoint import CheckpointError
-    from harness.report import run_report
-
-    try:
-        report = run_report(args.checkpoint, args.size, args.out, args.rounds,
-                            "python -m harness " + " ".join(shlex.quote(a) for a in argv), args.timing_size)
-    except CheckpointError as err:
-        print(f"error: {err}", file=sys.stderr)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0 if argv else 2
+    verb, rest = argv[0], argv[1:]
+    if verb not in VERBS:
+        print(f"fastpath-suite: unknown verb {verb!r}\n\n{usage()}", file=sys.stderr)
         return 2
-    print((args.out / "report.md").read_text())
-    print(f"written: {args.out / 'report.md'}, {args.out / 'report.json'} ({report['seconds']:.0f} s)")
-    return 0 if report["ok"] else 1
+    target = VERBS[verb][0]
+    if target.startswith("scripts/"):
+        return run_script(verb, ROOT / target, rest)
+    import importlib
+
+    from harness import results
+
+    results.COMMAND = argv
+    module, function = target.split(":")
+    return getattr(importlib.import_module(module), function)(rest)
 
 
 if __name__ == "__main__":

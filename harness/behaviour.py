@@ -11,7 +11,7 @@ the final tokens, the target lengths and the waveforms (logits whole for the fir
 as a sha256 after). Compared bit for bit; the report names the setting, the scoring call (generation pass, step,
 item) and the first differing element.
 
-    python -m harness.behaviour OUT.pt       # record the installed omnivoice's behaviour on the tiny checkpoint
+    fastpath-suite behaviour OUT.pt       # record the installed omnivoice's behaviour on the tiny checkpoint
 """
 
 from __future__ import annotations
@@ -237,7 +237,19 @@ def field_difference(a, b) -> str | None:
     return None if a == b else f"{a!r} vs {b!r}"
 
 
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="fastpath-suite behaviour", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("out", type=Path, help="file the record is written to (torch.save), e.g. out/behaviour.pt")
+    parser.add_argument("--settings", nargs="+", default=None, choices=sorted(GRID), metavar="NAME",
+                        help="record only these grid settings (default: the whole grid)")
+    args = parser.parse_args(argv)
+    record(args.out, args.settings)
+    print(f"written: {args.out}")
+    return 0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        raise SystemExit(__doc__.split("\n\n")[-1])
-    record(sys.argv[1])
+    raise SystemExit(main())

@@ -18,8 +18,8 @@ two kinds of facts, stored in `fixtures/goldens/<omnivoice version>.json`:
 of the time. The saved-prompt point uses the prompt in memory (no save/load round trip, which omnivoice < 0.2.1
 lacks): goldens are about generation, the file round trip is the parity tier's business.
 
-    python -m harness.goldens            # compare the installed omnivoice's stock output with the goldens
-    python -m harness.goldens --record   # add this machine's exact hashes (portable parts must agree),
+    fastpath-suite goldens            # compare the installed omnivoice's stock output with the goldens
+    fastpath-suite goldens --record   # add this machine's exact hashes (portable parts must agree),
                                                   # or write fixtures/goldens/<installed version>.json if new
 """
 
@@ -167,7 +167,7 @@ def compare_point(observed: dict, golden: dict, key: str | None = None) -> list:
             out.append(f"{part}: {observed.get(part)} vs {golden.get(part)}")
     for part in TOLERANCES:
         if part not in golden:
-            out.append(f"{part}: not in the goldens (record them: python -m harness.goldens --record)")
+            out.append(f"{part}: not in the goldens (record them: fastpath-suite goldens --record)")
         else:
             moved = _summary_difference(part, observed[part], golden[part])
             if moved:
@@ -228,7 +228,7 @@ def coverage(goldens: dict, key: str) -> str:
         return line + f"Bit-exact logits and waveform hashes also compared (recorded for this machine, {key}, in " \
                       f"{', '.join(exact)})."
     return line + (f"Bit-exact hashes NOT compared: none recorded for this machine ({key}); record them with "
-                   f"`python -m harness.goldens --record`.")
+                   f"`fastpath-suite goldens --record`.")
 
 
 def describe(differences: dict, goldens: dict, observed_env: dict, observed_ckpt: dict | None = None,
@@ -312,7 +312,7 @@ def merge_goldens(observed: dict, recorded: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.goldens", description=__doc__.split("\n")[0],
+    parser = argparse.ArgumentParser(prog="fastpath-suite goldens", description=__doc__.split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--record", action="store_true",
                         help=f"add this machine's exact hashes to {GOLDENS_DIR.relative_to(REPO_ROOT)}/<installed "
@@ -339,7 +339,7 @@ def main(argv=None) -> int:
         return 0
     goldens = load_goldens(args.folder)
     if not goldens:
-        print(f"no goldens in {args.folder}; record them with `python -m harness.goldens --record`",
+        print(f"no goldens in {args.folder}; record them with `fastpath-suite goldens --record`",
               file=sys.stderr)
         return 1
     differences = match_versions(observed["points"], goldens)

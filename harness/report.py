@@ -1,7 +1,7 @@
 """The suite's report on one checkpoint: which patches apply, parity verdicts, work counters, timing.
 
-    python -m harness report                      # built test checkpoints, CPU fp32
-    python -m harness report --checkpoint PATH    # a real OmniVoice checkpoint
+    fastpath-suite report                      # built test checkpoints, CPU fp32
+    fastpath-suite report --checkpoint PATH    # a real OmniVoice checkpoint
 
 Parity and work run on the checkpoint (default: the tiny test checkpoint). Timing runs where compute dominates:
 the full-size test checkpoint (Qwen3-0.6B dimensions; `--timing-size tiny` for a quick look at per-call
@@ -12,7 +12,9 @@ Writes `out/report.md` and `out/report.json`; exits 1 when a lossless patch is n
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -27,8 +29,8 @@ from harness.speed.measure import count_work
 
 REPORT_POINTS = ("auto_voice", "voice_clone_audio", "batch_of_3", "long_chunked")
 WORK_POINT = "clone6-medium-32"
-# a short auto-voice request (where trimming used to lose) and voice cloning with the 6.5 s reference
-TIMING_POINTS = ("auto-short-10", "clone6-medium-16")
+# a short auto-voice request (where trimming used to lose) and a short sentence cloned from the 3 s reference
+TIMING_POINTS = ("auto-short-10", "clone3-short-32")
 TIMING_STEPS = 8  # as the README's grid: every step has the same shapes, so fewer steps keep the ratio
 
 
@@ -44,18 +46,23 @@ def check_patches() -> list:
     return rows
 
 
-def parity_rows(model, tmp_dir: Path) -> list:
+def parity_rows(model, tmp_dir: Path, progress=None) -> list:
+    from harness.progress import QUIET
+
     rows = []
     sets = [(n,) for n in fastpath.LOSSLESS] + [tuple(fastpath.LOSSLESS)]
-    for point_name in REPORT_POINTS:
-        kwargs = resolve_point(model, POINTS[point_name], tmp_dir)
-        stock = record_generation(model, seed=0, **kwargs)
-        for patches in sets:
-            with fastpath.patched(model, list(patches)):
-                problems = compare_runs(stock, record_generation(model, seed=0, **kwargs))
-            rows.append({"point": point_name, "patches": "+".join(patches), "bit_exact": not problems,
-                         "first_difference": problems[0] if problems else None,
-                         "scoring_calls": len(stock.steps) // 4})
+    with (progress or QUIET).stage("parity", total=len(REPORT_POINTS) * (1 + len(sets))) as step:
+        for point_name in REPORT_POINTS:
+            kwargs = resolve_point(model, POINTS[point_name], tmp_dir)
+            stock = record_generation(model, seed=0, **kwargs)
+            step(f"{point_name} stock")
+            for patches in sets:
+                with fastpath.patched(model, list(patches)):
+                    problems = compare_runs(stock, record_generation(model, seed=0, **kwargs))
+                rows.append({"point": point_name, "patches": "+".join(patches), "bit_exact": not problems,
+                             "first_difference": problems[0] if problems else None,
+                             "scoring_calls": len(stock.steps) // 4})
+                step(f"{point_name} {'+'.join(patches) if len(patches) == 1 else 'all lossless'}")
     return rows
 
 
@@ -73,16 +80,22 @@ def peer_installed() -> bool:
     return all(importlib.util.find_spec(module) is not None for module, _ in bench.PEERS.values())
 
 
-def measure_timing(ckpt, rounds: int) -> dict:
+def measure_timing(ckpt, rounds: int, progress=None) -> dict:
     """TIMING_POINTS on `ckpt`, CPU fp32: stock, the public package if installed, the lossless stack."""
+    from harness.speed import stability
+
     names = ["stock"] + (["peer"] if peer_installed() else []) + ["lossless"]
     specs = {s.name: s for s in (bench.parse_variant(n, "cpu", "fp32") for n in names)}
     variants = bench.build_variants(ckpt, list(specs.values()), "cpu")
-    results = bench.run_variant_bench(variants, TIMING_POINTS, rounds, TIMING_STEPS)
+    results = bench.run_variant_bench(variants, TIMING_POINTS, rounds, TIMING_STEPS, progress)
+    if progress:
+        progress.say("counting FLOPs for the bound (no clock)")
     flops = bench.flop_bounds(variants, TIMING_POINTS, TIMING_STEPS)
     return {"checkpoint": f"{ckpt.identity} ({ckpt.kind})", "rounds": rounds, "steps": TIMING_STEPS,
             "peer_installed": "peer" in names,
             "table": bench.format_table(results, specs, machine.summary(), flops),
+            "stable": all(stability.judge(r).stable for r in results.values()),
+            "figures": bench.figures_of(results, specs, f"{ckpt.identity} ({ckpt.kind})", "cpu", TIMING_STEPS, flops),
             "results": {p: {v: {"median_rtf": s.median, "iqr": s.iqr, "first_call_s": s.first_call_seconds}
                             for v, s in r.items()} for p, r in results.items()},
             "flops": flops}
@@ -112,29 +125,146 @@ def render_report(report: dict) -> str:
                 f"after one warm-up each)",
             "", "RTF = seconds per second of audio; speedups are stock's median over the variant's; the bound is "
             "stock's FLOPs of the whole generate over the variant's (a perfect implementation of the same arithmetic), efficiency = "
-            f"speedup / bound.{peer}", "", r["table"],
-            "", f"Verdict: **{'PASS' if report['ok'] else 'FAIL'}**", ""]
+            f"speedup / bound. A point whose interleaved rounds disagree by more than "
+            f"{stability_limit():.0%} on a ratio shows \"unstable\" instead of a speedup (docs/speed.md).{peer}",
+            "", r["table"],
+            "", f"Verdict: **{'PASS' if report['ok'] else 'FAIL'}** (patches apply and are bit-exact; the timing "
+                f"{'is stable' if r.get('stable', True) else 'is unstable, so no speedup is claimed'})", ""]
     return "\n".join(out)
 
 
+def stability_limit() -> float:
+    from harness.speed.stability import MAX_RATIO_SPREAD
+
+    return MAX_RATIO_SPREAD
+
+
+STAGES = ("build", "parity", "work", "timing")
+
+
+def plan(checkpoint: str | None, rounds: int, timing_size: str) -> str:
+    """What the report will do, and about how long it takes on this machine kind (from an earlier results file)."""
+    timing_on = "the given checkpoint" if checkpoint else f"the {timing_size} test checkpoint"
+    calls = len(TIMING_POINTS) * 3 * (rounds + 1)
+    return (f"will check {len(fastpath.PATCHES)} patches against upstream, compare {len(REPORT_POINTS)} points bit "
+            f"for bit ({len(fastpath.LOSSLESS) + 1} patch sets each), count the work of one call, and time "
+            f"{len(TIMING_POINTS)} points x 3 variants x {rounds} rounds (+1 warm-up: {calls} calls) on {timing_on}. "
+            + estimate())
+
+
+def estimate() -> str:
+    """About how long, from the newest report results file of this machine kind (else of any machine)."""
+    from harness import results
+
+    key = machine.hardware_key(machine.machine_info("cpu"))
+    files = sorted((results.RESULTS_DIR / "report").glob("*.json"))
+    same = [f for f in files if f.stem == key]
+    for path in same or files:
+        try:
+            data = results.load(path)
+        except results.ResultsError:
+            continue
+        seconds = data["figures"].get("seconds")
+        if seconds:
+            where = "this machine kind" if same else f"{data['machine_summary']} (none recorded for this one)"
+            return f"About {seconds / 60:.0f} minutes on {where}, from {path.relative_to(results.ROOT)}."
+    return "No earlier run is recorded, so no estimate: the timing stage prints one as it goes."
+
+
 def run_report(checkpoint: str | None, size: str, out_dir: Path, rounds: int, command: str,
-               timing_size: str = "full") -> dict:
+               timing_size: str = "full", progress=None) -> dict:
+    from harness.progress import QUIET
+
+    progress = progress or QUIET
     started = time.perf_counter()
+    stage_seconds = {}
+    progress.say("building or loading the test checkpoints (built once, then read from the cache)")
     ckpt = resolve_checkpoint(checkpoint, size=size)
     timing_ckpt = ckpt if checkpoint else resolve_checkpoint(None, size=timing_size)
     model = load_model(ckpt)
+    stage_seconds["build"] = time.perf_counter() - started
     out_dir.mkdir(parents=True, exist_ok=True)
+    patches = check_patches()
+    mark = time.perf_counter()
+    parity = parity_rows(model, out_dir, progress)
+    stage_seconds["parity"] = time.perf_counter() - mark
+    progress.say(f"parity: {sum(r['bit_exact'] for r in parity)} of {len(parity)} bit-exact; counting work")
+    mark = time.perf_counter()
+    work = measure_work(model)
+    stage_seconds["work"] = time.perf_counter() - mark
+    mark = time.perf_counter()
+    timing = measure_timing(timing_ckpt, rounds, progress)
+    stage_seconds["timing"] = time.perf_counter() - mark
     report = {
         "command": command,
         "checkpoint": f"{ckpt.identity} ({ckpt.kind})",
         "environment": {"machine": machine.summary(), **machine.versions(("torch", "transformers", "omnivoice"))},
-        "patches": check_patches(),
-        "parity": parity_rows(model, out_dir),
-        "work": measure_work(model),
-        "timing": measure_timing(timing_ckpt, rounds),
+        "patches": patches,
+        "parity": parity,
+        "work": work,
+        "timing": timing,
     }
     report["ok"] = all(r["upstream"] == "applies" for r in report["patches"]) and all(r["bit_exact"] for r in report["parity"])
     report["seconds"] = time.perf_counter() - started
+    report["stage_seconds"] = stage_seconds
     (out_dir / "report.json").write_text(json.dumps(report, indent=1))
     (out_dir / "report.md").write_text(render_report(report))
     return report
+
+
+def results_figures(report: dict) -> dict:
+    """What a report results file keeps: raw figures only (the tables are rendered from them)."""
+    return {"checkpoint": report["checkpoint"], "environment": report["environment"], "ok": report["ok"],
+            "patches": [{k: r[k] for k in ("patch", "lossless", "upstream")} for r in report["patches"]],
+            "parity": [{k: r[k] for k in ("point", "patches", "bit_exact")} for r in report["parity"]],
+            "work": report["work"], "timing": report["timing"]["figures"],
+            "seconds": round(report["seconds"], 1),
+            "stage_seconds": {k: round(v, 1) for k, v in report["stage_seconds"].items()}}
+
+
+def render_results(figures: dict) -> str:
+    """A report results file for docs/results.md: patches, parity and work in a line each, the timing table."""
+    applies = sum(r["upstream"] == "applies" for r in figures["patches"])
+    exact = sum(r["bit_exact"] for r in figures["parity"])
+    w = figures["work"]
+    work = ", ".join(f"{k.replace('_', ' ')} x{w['fastpath'][k] / v:.3f}" for k, v in w["stock"].items() if v)
+    stages = ", ".join(f"{k} {v / 60:.1f}" for k, v in figures["stage_seconds"].items())
+    env = figures["environment"]
+    return "\n".join([
+        f"Checkpoint {figures['checkpoint']}; torch {env['torch']}, transformers {env['transformers']}, omnivoice "
+        f"{env['omnivoice']}. Patches applying: {applies} of {len(figures['patches'])}; bit-exact against stock: "
+        f"{exact} of {len(figures['parity'])} (point, patch set) pairs. Work per generate at {w['point']}, fastpath "
+        f"over stock (exact counts): {work}. Whole run {figures['seconds'] / 60:.1f} minutes ({stages}).",
+        "", bench.render_results(figures["timing"])])
+
+
+def main(argv=None) -> int:
+    from harness import results
+    from harness.checkpoint import CheckpointError
+    from harness.cli import int_at_least
+    from harness.progress import Progress
+
+    parser = argparse.ArgumentParser(prog="fastpath-suite report", description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--checkpoint", default=None,
+                        help="a real OmniVoice checkpoint folder, or 'hf' (env FASTPATH_CHECKPOINT); default: built test checkpoint")
+    parser.add_argument("--size", choices=("tiny", "full"), default="tiny", help="size of the built test checkpoint")
+    parser.add_argument("--out", type=Path, default=Path("out"), help="folder for report.md and report.json")
+    parser.add_argument("--rounds", type=int_at_least(1), default=3, help="interleaved timing rounds per variant")
+    parser.add_argument("--timing-size", choices=("tiny", "full"), default="full",
+                        help="built checkpoint the timing runs on (without --checkpoint): full, where compute dominates, "
+                             "or tiny, which measures per-call overhead only")
+    results.add_arguments(parser)
+    args = parser.parse_args(argv)
+    progress = Progress("report", args.quiet)
+    progress.say(plan(args.checkpoint, args.rounds, args.timing_size))
+    try:
+        report = run_report(args.checkpoint, args.size, args.out, args.rounds, results.command_line(),
+                            args.timing_size, progress)
+    except CheckpointError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print((args.out / "report.md").read_text())
+    print(f"written: {args.out / 'report.md'}, {args.out / 'report.json'} ({report['seconds']:.0f} s)")
+    results.write_if_asked(args, "report", results_figures(report))
+    return 0 if report["ok"] else 1

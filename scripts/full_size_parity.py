@@ -1,7 +1,7 @@
 """Bit-exactness of the lossless stack against stock at grid points of the full-size test checkpoint, with the row
 counts `fastpath.loop.row_count` chose (the parity tier itself runs on the tiny checkpoint).
 
-    .venv/bin/python scripts/full_size_parity.py [--steps 2] POINT ...   e.g. clone3-short-32 clone3-mixed8-16
+    fastpath-suite full-size-parity [--steps 2] POINT ...   e.g. clone3-short-32 clone3-mixed8-16
 
 Every per-step logit, score, predicted token, final token and waveform is compared (harness.parity); exit 1 if any
 point differs.
@@ -27,7 +27,8 @@ from harness.speed.measure import sequence_lengths
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="fastpath-suite full-size-parity", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("points", nargs="+")
     parser.add_argument("--steps", type=int, default=2)
     args = parser.parse_args()

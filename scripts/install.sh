@@ -20,4 +20,9 @@ cflag=(); [ -n "$constraints" ] && cflag=(-c "$constraints")
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q --no-compile "${cflag[@]}" torch torchaudio
 .venv/bin/python -m pip install -q --no-compile "${cflag[@]}" -e '.[peers]' --group harness
-.venv/bin/python -c "import torch, torchaudio, omnivoice, faster_whisper, hypothesis, fastpath, harness; print('installed: torch', torch.__version__, '| omnivoice', __import__('importlib.metadata').metadata.version('omnivoice'))"
+# the suite's command line: .venv/bin/fastpath-suite runs `python -m harness` with this checkout on the path (the
+# harness stays out of the wheel, so pip does not write this script)
+printf '#!%s\nimport sys\nsys.path.insert(0, %s)\nfrom harness.__main__ import main\nsys.exit(main())\n' \
+  "$PWD/.venv/bin/python" "'$PWD'" > .venv/bin/fastpath-suite
+chmod +x .venv/bin/fastpath-suite
+.venv/bin/python -c "import torch, torchaudio, omnivoice, faster_whisper, hypothesis, fastpath, harness; print('installed: torch', torch.__version__, '| omnivoice', __import__('importlib.metadata').metadata.version('omnivoice'), '| command line: .venv/bin/fastpath-suite')"

@@ -1,7 +1,10 @@
 """Operating characteristics of the --slow peer gate (tests_speed/test_rtf.py::
 test_lossless_stack_beats_stock_and_the_public_package), simulated from a grid run's rounds.
 
-    python scripts/peer_gate_rates.py out/speed_grid/native [--sims 20000]
+    fastpath-suite peer-rates results/grid/<machine key>.json [--sims 20000]
+
+GRID: a results file of `fastpath-suite grid --results results/`, or a folder of `fastpath-suite bench --out` JSON
+files (one per point).
 
 Model: a round's RTF is the variant's true RTF times exp(e), e ~ N(0, s_v), s_v pooled over every point of the grid
 (per variant, n - 1 per point). The gate takes the median of 3 rounds per variant, compares the ratio with the floor
@@ -28,11 +31,15 @@ from harness.machine import hardware_key, machine_info  # noqa: E402
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("grid", type=Path)
-    parser.add_argument("--sims", type=int, default=20000)
+    parser = argparse.ArgumentParser(prog="fastpath-suite peer-rates", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("grid", type=Path, help="a grid results file, or a folder of bench --out JSON files")
+    parser.add_argument("--sims", type=int, default=20000, help="simulated gate runs per cell")
     args = parser.parse_args()
-    runs = [json.loads(f.read_text()) for f in sorted(args.grid.glob("*.json"))]
+    if args.grid.is_file():  # a results file: the samples are its figures' points
+        runs = [{"results": json.loads(args.grid.read_text())["figures"]["points"]}]
+    else:
+        runs = [json.loads(f.read_text()) for f in sorted(args.grid.glob("*.json"))]
     residuals: dict = {}
     medians: dict = {}
     for run in runs:

@@ -5,7 +5,7 @@ machine (scoring calls, final tokens and waveform lengths exactly; per-step logi
 within a tolerance measured across instruction sets) and, per machine (numerics key), exact sha256 of the logits
 and waveform bytes. A failure means stock behaviour on the installed omnivoice is none of the known ones: the
 message says what was compared and lists, per known version and point, which parts differ. Record the installed
-version's goldens with `python -m harness.goldens --record` once the change is understood.
+version's goldens with `fastpath-suite goldens --record` once the change is understood.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def observed(model, checkpoint):
 @pytest.fixture(scope="module")
 def known():
     found = goldens.load_goldens()
-    assert found, f"no goldens in {goldens.GOLDENS_DIR}: run `python -m harness.goldens --record`"
+    assert found, f"no goldens in {goldens.GOLDENS_DIR}: run `fastpath-suite goldens --record`"
     return found
 
 
@@ -50,12 +50,12 @@ def test_stock_bits_match_the_goldens_recorded_for_this_machine(observed, known)
     """The exact logits and waveform hashes of the installed version, on a machine whose numerics key has them."""
     version, key = fingerprints.omnivoice_version(), numerics_key()
     if version not in known:
-        pytest.skip(f"no goldens for the installed omnivoice {version}: python -m harness.goldens --record")
+        pytest.skip(f"no goldens for the installed omnivoice {version}: fastpath-suite goldens --record")
     recorded = goldens.exact_keys(known[version])
     if key not in recorded:
         pytest.skip(f"no exact hashes recorded for this machine ({key}; recorded: {', '.join(recorded)}): bits of CPU "
                     f"fp32 logits differ between processors and instruction sets, so only the portable parts were "
-                    f"compared. Record them with `python -m harness.goldens --record`")
+                    f"compared. Record them with `fastpath-suite goldens --record`")
     moved = {p: [d for d in goldens.compare_point(observed[p], known[version]["points"][p], key) if "sha256" in d]
              for p in observed}
     assert not any(moved.values()), {p: d for p, d in moved.items() if d}

@@ -1,4 +1,4 @@
-"""The main command's report (`python -m harness report`), on the tiny checkpoint with one point per section."""
+"""The main command's report (`fastpath-suite report`), on the tiny checkpoint with one point per section."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ passes nor fails on a number from another machine. The clock-free gate of the de
 
 Stock and the lossless stack are timed interleaved (A B A B ...) after one warm-up call each; the warm-up is
 reported as first-call latency and kept out of the RTF samples. pytest-benchmark records each measurement with
-the RTF samples in `extra_info` (`--benchmark-json` files feed `python -m harness.speed.compare`).
+the RTF samples in `extra_info` (`--benchmark-json` files feed `fastpath-suite compare`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ RATIO_POINTS = ["clone6-medium-16"]
 # two forwards per step used to lose to stock), voice cloning, and a mixed batch of 8 in one call (issue 13's
 # target there: 2x stock's batch call); the whole grid: README, "CPU speed"
 PEER_POINTS = ["auto-short-10", "clone6-medium-16", "clone3-mixed8-16"]
-PEER_STEPS = 8  # as the README's grid (scripts/cpu_speed_grid.sh): every step has the same shapes
+PEER_STEPS = 8  # as `fastpath-suite grid`: every step has the same shapes
 BASELINE_ROUNDS = 8  # >= 6 per side, or Mann-Whitney can never reach p < 0.002
 BASELINE_POINTS = ["auto-short-10"]
 SAVE_COMMAND = ".venv/bin/python -m pytest tests_speed/test_rtf.py --slow --save-baseline -k baseline"

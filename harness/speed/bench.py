@@ -1,10 +1,10 @@
 """Interleaved A/B timing of stock vs fastpath on chosen operating points; prints a table, writes JSON.
 
-    python -m harness.speed.bench --size full --points clone6-medium-16 --rounds 3 --out out/bench.json
+    fastpath-suite bench --size full --points clone6-medium-16 --rounds 3 --out out/bench.json
 
 Variants by name (`--variants`), each optionally at a dtype (`name@bf16`), for the GPU tier:
 
-    python -m harness.speed.bench --size full --device cuda --points clone6-medium-32 \\
+    fastpath-suite bench --size full --device cuda --points clone6-medium-32 \\
         --variants stock@fp32 stock@bf16 gpu@bf16 preset@bf16 --rounds 5 --out out/gpu.json \\
         --save-baseline out/baseline.json
 
@@ -25,7 +25,7 @@ variant's FLOPs / this variant's, the speedup a perfect implementation of the sa
 compute is all that costs; efficiency = measured speedup / bound. Stock, the public package and this project
 side by side, at full size:
 
-    python -m harness.speed.bench --size full --variants stock peer lossless --points auto-short-10 \
+    fastpath-suite bench --size full --variants stock peer lossless --points auto-short-10 \
         clone6-medium-16 --rounds 3 --bound --out out/peers.json
 """
 
@@ -51,7 +51,7 @@ DTYPES = ("fp32", "bf16", "fp16")
 PEERS = {"peer": ("omnivoice_fastpath", "apply_trimmed_cfg")}
 PEERS_INSTALL = "pip install -e '.[peers]' (omnivoice-fastpath==0.1.0, the public package this project compares with)"
 BOUND_STEPS = 2
-BASELINE_COMMAND = "python -m harness.speed.bench ... --save-baseline PATH"
+BASELINE_COMMAND = "fastpath-suite bench ... --save-baseline PATH"
 
 
 def torch_dtype(name: str):
@@ -141,11 +141,23 @@ def point_kwargs(name: str, model, prompts: dict, steps: int | None = None):
     return [dict(k, num_step=steps) for k in kwargs] if isinstance(kwargs, list) else dict(kwargs, num_step=steps)
 
 
-def run_variant_bench(variants: dict, names, rounds: int, steps: int | None = None) -> dict:
-    """Points x variants (name -> measure.Variant), interleaved; voice prompts encoded once with the first model."""
+def run_variant_bench(variants: dict, names, rounds: int, steps: int | None = None, progress=None) -> dict:
+    """Points x variants (name -> measure.Variant), interleaved; voice prompts encoded once with the first model.
+    `progress` (harness.progress.Progress) shows a step per timed call."""
+    from harness.progress import QUIET
+
+    progress = progress or QUIET
     prompts: dict = {}
     first = next(iter(variants.values())).model
-    return {name: interleaved_variants(variants, point_kwargs(name, first, prompts, steps), rounds) for name in names}
+    out = {}
+    with progress.stage("timing", total=len(names) * len(variants) * (rounds + 1)) as step:
+        for name in names:
+            def on_call(r, v, name=name):
+                step(f"{name} {v} " + ("warm-up" if r == 0 else f"round {r}/{rounds}"))
+
+            out[name] = interleaved_variants(variants, point_kwargs(name, first, prompts, steps), rounds,
+                                             on_call=on_call)
+    return out
 
 
 def flop_bounds(variants: dict, names, steps: int | None = None) -> dict:
@@ -172,22 +184,37 @@ def flop_bounds(variants: dict, names, steps: int | None = None) -> dict:
     return out
 
 
-def format_table(results: dict, variants: dict, machine: str, flops: dict | None = None) -> str:
-    """Medians per variant, the speedup of each over the first, and with `flops` the FLOP bound and efficiency."""
+def format_table(results: dict, variants: dict, machine: str | None, flops: dict | None = None) -> str:
+    """Medians per variant, the speedup of each over the first, and with `flops` the FLOP bound and efficiency.
+
+    A point whose rounds fail the stability rule (harness.speed.stability) shows "unstable" instead of its
+    speedups, with the reason under the table: a ratio the rounds disagree on is not a measurement."""
+    from harness.speed import stability
+
     base, *others = list(variants)
     head = ["point"] + [f"{v} RTF (median, IQR)" for v in variants] + [f"{o} vs {base}" for o in others]
     if flops:
         head += [f"{o} bound" for o in others] + [f"{o} efficiency" for o in others]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    notes = []
     for name, samples in results.items():
+        judged = stability.judge(samples)
         speedups = {o: samples[base].median / samples[o].median for o in others}
         cells = [f"{samples[v].median:.3f} ({samples[v].iqr:.3f})" for v in variants]
-        cells += [f"{speedups[o]:.2f}x" for o in others]
+        cells += [f"{speedups[o]:.2f}x" if judged.stable else "unstable" for o in others]
         if flops:
             bounds = {o: flops[name][base] / flops[name][o] for o in others}
-            cells += [f"{bounds[o]:.2f}x" for o in others] + [f"{speedups[o] / bounds[o]:.2f}" for o in others]
+            cells += [f"{bounds[o]:.2f}x" for o in others]
+            cells += [f"{speedups[o] / bounds[o]:.2f}" if judged.stable else "-" for o in others]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + f"\n\nMachine: {machine}"
+        if not judged.stable:
+            spread = ", ".join(f"{v} {x:.0%}" for v, x in judged.spreads.items())
+            notes.append(f"{name}: {judged.message}" + (f"; per-round ratios spread {spread} of their median "
+                         f"(stable: at most {stability.MAX_RATIO_SPREAD:.0%})" if spread else ""))
+    text = "\n".join(lines)
+    if notes:
+        text += "\n\n" + "\n".join(f"- {n}" for n in notes)
+    return text + (f"\n\nMachine: {machine}" if machine else "")
 
 
 def format_first_calls(results: dict) -> str:
@@ -212,8 +239,10 @@ def baseline_points(results: dict, specs: dict, checkpoint: str) -> dict:
     return points
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m harness.speed.bench", description=__doc__.split("\n")[0],
+def build_parser(prog: str = "fastpath-suite bench", **defaults) -> argparse.ArgumentParser:
+    from harness import results
+
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--size", choices=("tiny", "full"), default="tiny", help="built test checkpoint size")
     parser.add_argument("--checkpoint", default=None, help="a real checkpoint folder instead of the built one")
@@ -230,14 +259,55 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=None, help="JSON with every sample and the machine")
     parser.add_argument("--save-baseline", type=Path, default=None, metavar="PATH",
                         help="also write the samples as a speed baseline (harness.speed.baselines)")
+    results.add_arguments(parser)
+    parser.set_defaults(**defaults)
     return parser
 
 
-def main(argv=None) -> int:
-    parser = build_parser()
+def grid_parser() -> argparse.ArgumentParser:
+    """`fastpath-suite grid`: bench over every speed point of fixtures/points.json, full size, stock against the
+    public package and the lossless stack, 8 steps (every step has the same shapes, so the variants' ratio is the
+    one at any count, less the fixed costs of encoding and decoding), with the FLOP bound."""
+    from harness.points import load_points
+
+    return build_parser("fastpath-suite grid", size="full", num_step=8, rounds=3, bound=True,
+                        variants=["stock", "peer", "lossless"],
+                        points=[p.name for p in load_points("speed") if not p.name.endswith("-each")])
+
+
+def figures_of(results: dict, specs: dict, checkpoint: str, device: str, steps, flops) -> dict:
+    """The raw figures a results file keeps: every sample, so the page renders the same table from them."""
+    return {"checkpoint": checkpoint, "device": device, "steps": steps,
+            "variants": {n: {"patches": list(s.patches), "dtype": s.dtype, "overrides": s.overrides}
+                         for n, s in specs.items()},
+            "points": {p: {v: {"rtf": s.rtf, "load": s.load, "first_call_s": s.first_call_seconds}
+                           for v, s in r.items()} for p, r in results.items()},
+            "flops": flops}
+
+
+def render_results(figures: dict) -> str:
+    """A bench or grid results file as its table (the same rule for "unstable" as when it was measured)."""
+    from harness.speed.measure import Samples
+
+    results = {p: {v: Samples(v, (), rtf=list(d["rtf"]), load=list(d.get("load") or []),
+                              first_call_seconds=d.get("first_call_s")) for v, d in r.items()}
+               for p, r in figures["points"].items()}
+    steps = f", {figures['steps']} steps" if figures.get("steps") else ""
+    rounds = len(next(iter(next(iter(results.values())).values())).rtf) if results else 0
+    head = (f"Checkpoint {figures['checkpoint']}, {figures['device']}{steps}, {rounds} interleaved rounds after one "
+            "warm-up each; RTF = seconds per second of audio, speedup = the first variant's median RTF over the "
+            "variant's" + ("; bound = the FLOP ratio, efficiency = speedup / bound" if figures.get("flops") else "")
+            + ".")
+    return head + "\n\n" + format_table(results, figures["variants"], None, figures.get("flops"))
+
+
+def main(argv=None, parser: argparse.ArgumentParser | None = None, kind: str = "bench") -> int:
+    from harness import results as results_files
+    from harness.progress import Progress
+
+    parser = parser or build_parser()
     args = parser.parse_args(argv)
-    argv_list = list(sys.argv[1:] if argv is None else argv)
-    command = " ".join(shlex.quote(a) for a in ["python", "-m", "harness.speed.bench", *argv_list])
+    command = results_files.command_line()
 
     if args.num_step is not None and args.save_baseline:
         parser.error("--num-step changes the points, so their baseline would be wrong; drop one of the two")
@@ -246,8 +316,13 @@ def main(argv=None) -> int:
         specs = {s.name: s for s in (parse_variant(v, args.device, args.dtype) for v in args.variants)}
     except argparse.ArgumentTypeError as err:
         parser.error(str(err))
+    progress = Progress(kind, args.quiet)
+    progress.say(f"{len(args.points)} point(s) x {len(specs)} variant(s) x {args.rounds} round(s) after a warm-up, "
+                 f"{ckpt.identity} on {args.device}")
     variants = build_variants(ckpt, list(specs.values()), args.device)
-    results = run_variant_bench(variants, args.points, args.rounds, args.num_step)
+    results = run_variant_bench(variants, args.points, args.rounds, args.num_step, progress)
+    if args.bound:
+        progress.say("counting FLOPs (no clock)")
     flops = flop_bounds(variants, args.points, args.num_step) if args.bound else None
     info = machine_info(args.device)
     gpu = f"{info.get('gpu_name')}, " if info.get("gpu_name") else ""
@@ -271,7 +346,13 @@ def main(argv=None) -> int:
         save_baseline(args.save_baseline, device_key=key, machine=info,
                       points=baseline_points(results, specs, ckpt.identity), command=command)
         print(f"baseline for {key} written to {args.save_baseline}")
+    results_files.write_if_asked(args, kind, figures_of(results, specs, ckpt.identity, args.device, args.num_step,
+                                                        flops), args.device)
     return 0
+
+
+def grid_main(argv=None) -> int:
+    return main(argv, grid_parser(), "grid")
 
 
 if __name__ == "__main__":

@@ -17,11 +17,12 @@ InsufficientSamplesError instead of passing by construction.
 
 CLI::
 
-    python -m harness.speed.compare BASE.json NEW.json [--out DIR] [--max-slowdown 0.10] [--alpha 0.002]
+    fastpath-suite compare BASE.json NEW.json [--out DIR] [--max-slowdown 0.10] [--alpha 0.002]
 
 prints one row per operating point, writes DIR/report.md, DIR/chart.png and DIR/verdicts.json when --out is
-given, and exits 1 when a point regressed, 2 on bad input (the error says the fix), 0 otherwise. BASE and NEW are
-each a baseline file or a pytest-benchmark --benchmark-json file.
+given, and exits 1 when a point regressed, 2 on bad input (the error says the fix), 3 when no point regressed but
+one is "unstable" (a side's IQR above stability.MAX_SAMPLE_SPREAD of its median: rerun on an idle machine), 0
+otherwise. BASE and NEW are each a baseline file or a pytest-benchmark --benchmark-json file.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from harness.speed.baselines import (
 
 DEFAULT_MAX_SLOWDOWN = 0.10
 DEFAULT_ALPHA = 0.002
-VERDICTS = ("ok", "faster", "slower-not-significant", "regressed")
+VERDICTS = ("ok", "faster", "slower-not-significant", "regressed", "unstable")
 
 
 class InsufficientSamplesError(BaselineError):
@@ -63,6 +64,8 @@ class SpeedVerdict:
       "slower-not-significant" change > max_slowdown but the test cannot tell it from noise
       "faster"                 change < -max_slowdown and the mirrored test (new faster) gives p < alpha
       "ok"                     within the factor either way
+      "unstable"               (the command line only, `mark_unstable`) a side's samples spread so far that the
+                               change is not a measurement: IQR > stability.MAX_SAMPLE_SPREAD x median
     """
 
     name: str
@@ -183,6 +186,20 @@ def new_only_points(base: dict | SpeedRun, new: dict | SpeedRun) -> list[str]:
     return [name for name in new_run.points if name not in base_run.points]
 
 
+def mark_unstable(verdicts: list[SpeedVerdict], base: SpeedRun, new: SpeedRun) -> list[SpeedVerdict]:
+    """Each verdict, or "unstable" where the base's or the new run's samples of the point spread more than
+    stability.MAX_SAMPLE_SPREAD of their median: neither a pass nor a regression can be read from them."""
+    from dataclasses import replace
+
+    from harness.speed.stability import MAX_SAMPLE_SPREAD, sample_spread
+
+    out = []
+    for v in verdicts:
+        spread = max(sample_spread(list(base.points[v.name].samples)), sample_spread(list(new.points[v.name].samples)))
+        out.append(replace(v, verdict="unstable") if spread > MAX_SAMPLE_SPREAD else v)
+    return out
+
+
 def should_remeasure(verdict: SpeedVerdict) -> bool:
     """True when this verdict would fail the run, so the point should be measured once more before failing.
 
@@ -197,7 +214,7 @@ def format_table(verdicts: list[SpeedVerdict]) -> str:
     header = ("point", "metric", "n base/new", "base median", "new median", "change", "factor", "p", "verdict")
     rows = [header] + [
         (v.name, v.metric, f"{v.n_base}/{v.n_new}", f"{v.base_median:.4g}", f"{v.new_median:.4g}",
-         f"{v.change:+.1%}", f"{v.max_slowdown:.0%}", f"{v.p_value:.2g}", v.verdict)
+         ("unstable" if v.verdict == "unstable" else f"{v.change:+.1%}"), f"{v.max_slowdown:.0%}", f"{v.p_value:.2g}", v.verdict)
         for v in verdicts
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -212,9 +229,24 @@ def describe_run(run: SpeedRun) -> str:
             f"`{run.command or 'not recorded'}`)")
 
 
+def stability_limit() -> float:
+    from harness.speed.stability import MAX_SAMPLE_SPREAD
+
+    return MAX_SAMPLE_SPREAD
+
+
+def result_line(verdicts: list[SpeedVerdict]) -> str:
+    regressed = [v.name for v in verdicts if v.verdict == "regressed"]
+    unstable = [v.name for v in verdicts if v.verdict == "unstable"]
+    if regressed:
+        return "REGRESSED: " + ", ".join(regressed)
+    if unstable:
+        return "UNSTABLE (no verdict; rerun on an idle machine): " + ", ".join(unstable)
+    return "no significant regression"
+
+
 def write_report(path: Path, base: SpeedRun, new: SpeedRun, verdicts: list[SpeedVerdict], chart_name: str | None) -> None:
     """Markdown report: inputs, rule, per-point table, points without verdict, chart."""
-    regressed = [v.name for v in verdicts if v.verdict == "regressed"]
     alpha = verdicts[0].alpha if verdicts else DEFAULT_ALPHA
     lines = [
         "# Speed comparison",
@@ -223,14 +255,16 @@ def write_report(path: Path, base: SpeedRun, new: SpeedRun, verdicts: list[Speed
         f"- new: {describe_run(new)}",
         f"- rule: a point regresses when its median is slower than the factor allows (new/base - 1 > factor) AND "
         f"a one-sided Mann-Whitney U test over the raw samples gives p < {alpha:g}.",
-        f"- result: **{'REGRESSED: ' + ', '.join(regressed) if regressed else 'no significant regression'}**",
+        f"- a point is unstable (no verdict) when either side's IQR is above {stability_limit():.0%} of its median.",
+        f"- result: **{result_line(verdicts)}**",
         "",
         "| point | metric | n base/new | base median | new median | change | factor | p | verdict |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [
         f"| {v.name} | {v.metric} | {v.n_base}/{v.n_new} | {v.base_median:.4g} | {v.new_median:.4g} | "
-        f"{v.change:+.1%} | {v.max_slowdown:.0%} | {v.p_value:.2g} | {v.verdict} |"
+        f"{'unstable' if v.verdict == 'unstable' else f'{v.change:+.1%}'} | {v.max_slowdown:.0%} | {v.p_value:.2g} | "
+        f"{v.verdict} |"
         for v in verdicts
     ]
     extra = new_only_points(base, new)
@@ -244,7 +278,7 @@ def write_report(path: Path, base: SpeedRun, new: SpeedRun, verdicts: list[Speed
 
 
 VERDICT_COLORS = {"ok": "tab:gray", "faster": "tab:green", "slower-not-significant": "tab:orange",
-                  "regressed": "tab:red"}
+                  "regressed": "tab:red", "unstable": "tab:purple"}
 
 
 def draw_chart(path: Path, base: SpeedRun, new: SpeedRun, verdicts: list[SpeedVerdict]) -> None:
@@ -301,9 +335,10 @@ def probability(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m harness.speed.compare",
+        prog="fastpath-suite compare",
         description="Compare two speed runs point by point (median slowdown above a factor AND one-sided "
-                    "Mann-Whitney U p < alpha). Exit 1 on a regression, 2 on bad input, 0 otherwise.",
+                    "Mann-Whitney U p < alpha). Exit 1 on a regression, 2 on bad input, 3 when a point's samples "
+                    "spread too far to judge (unstable), 0 otherwise.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("base", type=Path, help="baseline file or pytest-benchmark --benchmark-json file")
@@ -323,8 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         base, new = load_run(args.base), load_run(args.new)
-        verdicts = compare_speed_runs(base, new, max_slowdown=args.max_slowdown, alpha=args.alpha,
-                                allow_device_mismatch=args.allow_device_mismatch)
+        verdicts = mark_unstable(compare_speed_runs(base, new, max_slowdown=args.max_slowdown, alpha=args.alpha,
+                                                    allow_device_mismatch=args.allow_device_mismatch), base, new)
     except BaselineError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -339,6 +374,13 @@ def main(argv: list[str] | None = None) -> int:
     if regressed:
         print(f"REGRESSED: {', '.join(regressed)}", file=sys.stderr)
         return 1
+    unstable = [v.name for v in verdicts if v.verdict == "unstable"]
+    if unstable:
+        from harness.speed.stability import MAX_SAMPLE_SPREAD, advice, load_average
+
+        print(f"UNSTABLE: {', '.join(unstable)}: a side's samples spread more than {MAX_SAMPLE_SPREAD:.0%} of their "
+              f"median, so no verdict; {advice(load_average())}", file=sys.stderr)
+        return 3
     return 0
 
 

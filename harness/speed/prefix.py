@@ -1,6 +1,6 @@
 """prefix_kv_cache per refresh interval r: time per unmasking step and token agreement with the exact run.
 
-    python -m harness.speed.prefix --size full --point clone6-medium-16 --refresh 1 2 4 8 --rounds 2
+    fastpath-suite prefix --size full --point clone6-medium-16 --refresh 1 2 4 8 --rounds 3
 
 Timing: the lossless stack alone ("exact") and the stack + prefix_kv_cache at each r, interleaved round by round
 after one warm-up each (`measure.interleaved`); seconds per step = generate wall time / num_step, so reference
@@ -58,17 +58,21 @@ def agreement(model, kwargs: dict, refresh: int, seeds) -> float:
     return statistics.mean(shares)
 
 
-def measure(model, name: str, refreshes, rounds: int, seeds) -> dict:
+def measure(model, name: str, refreshes, rounds: int, seeds, progress=None) -> dict:
+    from harness.progress import QUIET
+
     kwargs = point(name).generate_kwargs(model)
     steps = kwargs["num_step"]
     variants = [("exact", None)] + [(f"r={n}", n) for n in refreshes]
     samples = {label: [] for label, _ in variants}
-    for r in range(rounds + 1):  # interleaved: exact, r=1, r=2, ... in every round; round 0 is the warm-up
-        for label, refresh in variants:
-            with configured(model, refresh):
-                seconds, _ = timed_generate(model, 0, **kwargs)
-            if r:
-                samples[label].append(seconds / steps)
+    with (progress or QUIET).stage("timing", total=(rounds + 1) * len(variants)) as step:
+        for r in range(rounds + 1):  # interleaved: exact, r=1, r=2, ... in every round; round 0 is the warm-up
+            for label, refresh in variants:
+                with configured(model, refresh):
+                    seconds, _ = timed_generate(model, 0, **kwargs)
+                if r:
+                    samples[label].append(seconds / steps)
+                step(f"{label} " + (f"round {r}/{rounds}" if r else "warm-up"))
     exact = statistics.median(samples["exact"])
     out = {"point": name, "num_step": steps, "rounds": rounds, "seeds": list(seeds), "rows": []}
     for label, refresh in variants:
@@ -80,35 +84,63 @@ def measure(model, name: str, refreshes, rounds: int, seeds) -> dict:
     return out
 
 
-def format_table(result: dict, machine: str) -> str:
-    lines = [f"prefix_kv_cache at {result['point']} ({result['num_step']} steps), {machine}; median of "
+def format_table(result: dict, machine: str | None) -> str:
+    """The rows; a speedup whose rounds disagree (harness.speed.stability's rule) shows as unstable."""
+    from harness.speed import stability
+
+    where = f", {machine}" if machine else ""
+    lines = [f"prefix_kv_cache at {result['point']} ({result['num_step']} steps){where}; median of "
              f"{result['rounds']} interleaved rounds; agreement over seeds {result['seeds']}",
              "", "| variant | s/step | speedup vs exact | token agreement |", "|---|---|---|---|"]
+    exact = result["rows"][0]["samples"]
+    notes = []
     for row in result["rows"]:
         agree = f"{100 * row['agreement']:.2f}%" if "agreement" in row else "100% (reference)"
-        lines.append(f"| {row['variant']} | {row['seconds_per_step']:.3f} | {row['speedup']:.2f}x | {agree} |")
-    return "\n".join(lines)
+        speedup = f"{row['speedup']:.2f}x"
+        if "agreement" in row:
+            if len(exact) < stability.MIN_ROUNDS:
+                speedup = "unjudged"
+                notes.append(f"{row['variant']}: {len(exact)} round(s); at least {stability.MIN_ROUNDS} show whether "
+                             "the timing holds")
+            elif stability.ratio_spread(exact, row["samples"]) > stability.MAX_RATIO_SPREAD:
+                speedup = "unstable"
+                notes.append(f"{row['variant']}: {stability.advice(result.get('load'))}")
+        lines.append(f"| {row['variant']} | {row['seconds_per_step']:.3f} | {speedup} | {agree} |")
+    return "\n".join(lines + ([""] + [f"- {n}" for n in notes] if notes else []))
+
+
+def render_results(figures: dict) -> str:
+    return format_table(figures, None)
 
 
 def main(argv=None) -> int:
     from harness.checkpoint import load_model, resolve_checkpoint
     from harness.machine import machine_info
 
-    parser = argparse.ArgumentParser(prog="python -m harness.speed.prefix", description=__doc__.splitlines()[0])
-    parser.add_argument("--size", default="tiny", choices=("tiny", "full"))
+    from harness import results
+    from harness.progress import Progress
+    from harness.speed.stability import load_average
+
+    parser = argparse.ArgumentParser(prog="fastpath-suite prefix", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--size", default="tiny", choices=("tiny", "full"), help="built test checkpoint size")
     parser.add_argument("--checkpoint", default=None, help="a checkpoint folder instead of the built one")
-    parser.add_argument("--point", default="clone6-medium-16")
-    parser.add_argument("--refresh", type=int_at_least(1), nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--rounds", type=int_at_least(1), default=2)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--point", default="clone6-medium-16", help="a speed point of fixtures/points.json")
+    parser.add_argument("--refresh", type=int_at_least(1), nargs="+", default=[1, 2, 4, 8],
+                        help="refresh intervals of the prefix cache to time")
+    parser.add_argument("--rounds", type=int_at_least(1), default=3, help="interleaved rounds after one warm-up")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds the agreement averages over")
+    parser.add_argument("--out", type=Path, default=None, help="JSON with the rows, samples and machine")
+    results.add_arguments(parser)
     args = parser.parse_args(argv)
     model = load_model(resolve_checkpoint(args.checkpoint, size=args.size))
-    result = measure(model, args.point, args.refresh, args.rounds, args.seeds)
+    result = measure(model, args.point, args.refresh, args.rounds, args.seeds, Progress("prefix", args.quiet))
+    result["load"] = load_average()
     info = machine_info(str(model.device))
-    result["machine"] = info
-    result["command"] = "python -m harness.speed.prefix " + " ".join(argv if argv is not None else sys.argv[1:])
     print(format_table(result, f"{info['cpu_model']}, {info['torch_threads']} threads, torch {torch.__version__}"))
+    results.write_if_asked(args, "prefix", dict(result), str(model.device))
+    result["machine"] = info
+    result["command"] = results.command_line()
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1) + "\n")

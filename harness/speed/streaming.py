@@ -7,8 +7,8 @@ starts playback at the first piece and plays in real time; a piece that arrives 
 finished playing is an underrun, and the listener waits for it (`playback`). Rounds alternate the variants
 (A B C A B C ...) after one warm-up round each, which is reported apart and kept out of the figures.
 
-    python -m harness.speed.streaming --out out/stream [--size full] [--steps 8] [--rounds 4] [--device cpu]
-                                      [--dtype bfloat16] [--apply defaults]
+    fastpath-suite stream --out out/stream [--size full] [--steps 8] [--rounds 4] [--device cpu]
+                          [--dtype bfloat16] [--apply defaults]
 
 `--apply` patches the model once for the whole run (e.g. the GPU tier, whose graph captures should not be redone
 every round) and then compares `generate` with `stream` on it.
@@ -91,8 +91,10 @@ def listen_whole(model, kwargs: dict, seed: int = 0) -> Listen:
     return Listen(seconds, [], seconds, audio.shape[-1] / model.sampling_rate)
 
 
-def interleaved_listens(model, kwargs: dict, rounds: int, variants: dict = VARIANTS, seed: int = 0) -> dict:
-    """{variant: {"warmup": Listen, "rounds": [Listen] * rounds}}, variants alternated round by round."""
+def interleaved_listens(model, kwargs: dict, rounds: int, variants: dict = VARIANTS, seed: int = 0,
+                        on_call=None) -> dict:
+    """{variant: {"warmup": Listen, "rounds": [Listen] * rounds}}, variants alternated round by round;
+    `on_call(round, variant)` after each request (progress)."""
     import fastpath
 
     out = {name: {"warmup": None, "rounds": []} for name in variants}
@@ -105,6 +107,8 @@ def interleaved_listens(model, kwargs: dict, rounds: int, variants: dict = VARIA
                 out[name]["warmup"] = heard
             else:
                 out[name]["rounds"].append(heard)
+            if on_call:
+                on_call(r, name)
     return out
 
 
@@ -165,19 +169,26 @@ def table(results: dict) -> str:
 
 
 def main(argv: list | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.speed.streaming", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--size", default="full", help="test checkpoint size, or a checkpoint path (default full)")
-    parser.add_argument("--device", default="cpu")
+    from harness import results as results_files
+    from harness.cli import int_at_least
+    from harness.progress import Progress
+
+    parser = argparse.ArgumentParser(prog="fastpath-suite stream", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="folder for streaming.json and streaming.md")
+    parser.add_argument("--size", default="full", help="test checkpoint size (tiny, full), or a checkpoint path")
+    parser.add_argument("--device", default="cpu", help="torch device")
     parser.add_argument("--dtype", default=None, help="e.g. bfloat16 (default: the model's float32)")
-    parser.add_argument("--steps", type=int, default=None, help="unmasking steps (default: each point's)")
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--steps", type=int_at_least(1), default=None, help="unmasking steps (default: each point's)")
+    parser.add_argument("--rounds", type=int_at_least(1), default=4, help="interleaved rounds after one warm-up")
     parser.add_argument("--points", nargs="*", default=None, help="stream point names (default: all)")
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS),
-                        help="which of VARIANTS to time (default all)")
+                        help="which of VARIANTS to time")
     parser.add_argument("--apply", nargs="*", default=None,
                         help="patch names, or 'defaults' (fastpath.defaults: what pays on the device), applied once")
+    results_files.add_arguments(parser)
     args = parser.parse_args(argv)
+    progress = Progress("stream", args.quiet)
 
     import torch
 
@@ -202,18 +213,32 @@ def main(argv: list | None = None) -> int:
         if args.steps:
             kwargs["num_step"] = args.steps
         name = f"{p.voice}-{p.text}-{kwargs['num_step']}"
-        results[name] = interleaved_listens(model, kwargs, args.rounds, variants)
+        with progress.stage(name, total=(args.rounds + 1) * len(variants)) as step:
+            results[name] = interleaved_listens(
+                model, kwargs, args.rounds, variants,
+                on_call=lambda r, v: step(f"{v} " + (f"round {r}/{args.rounds}" if r else "warm-up")))
         raw[name] = {v: {"warmup": asdict(d["warmup"]), "rounds": [asdict(r) for r in d["rounds"]]}
                      for v, d in results[name].items()}
         print("\n".join(table({name: results[name]}).splitlines()[2:]), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    command = "python -m harness.speed.streaming " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = results_files.command_line()
     info = {"machine": machine_info(args.device), "checkpoint": checkpoint.identity, "command": command,
             "applied": fastpath.applied(model), "rounds": args.rounds, "points": raw}
     (args.out / "streaming.json").write_text(json.dumps(info, indent=1))
     (args.out / "streaming.md").write_text(table(results) + "\n")
     print(table(results))
+    results_files.write_if_asked(args, "stream", {k: info[k] for k in ("checkpoint", "applied", "rounds", "points")},
+                                 args.device)
     return 0
+
+
+def render_results(figures: dict) -> str:
+    """A stream results file as the table (raw rounds rebuilt as Listen)."""
+    results = {name: {v: {"warmup": Listen(**d["warmup"]), "rounds": [Listen(**r) for r in d["rounds"]]}
+                      for v, d in by_variant.items()} for name, by_variant in figures["points"].items()}
+    applied = ", ".join(figures["applied"]) or "none"
+    return (f"Checkpoint {figures['checkpoint']}; patches applied for the whole run: {applied}; seconds, median (p50) "
+            f"and p95 of {figures['rounds']} interleaved rounds after one warm-up.\n\n" + table(results))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,63 @@
+"""Results as data: docs/results.md is exactly what `fastpath-suite results` renders from results/, and a file
+that is not a results file is refused with its path and the fix."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness import results
+
+
+def test_docs_results_md_is_the_rendering_of_the_results_files():
+    rendered = results.render()
+    page = results.RESULTS_PAGE.read_text() if results.RESULTS_PAGE.exists() else ""
+    assert page == rendered, ("docs/results.md is not what the results files render (a number typed by hand, or a "
+                              "results file added without rendering): run `fastpath-suite results` and commit the page")
+
+
+@pytest.mark.parametrize("kind", list(results.KINDS))
+def test_every_kind_has_a_renderer(kind):
+    assert callable(results.renderer(kind)), kind
+
+
+def test_a_recorded_file_renders_with_its_machine_commit_date_and_command(tmp_path):
+    figures = {"rule": {"max_ratio_spread": 0.2, "min_rounds": 3},
+               "setup": {"size": "tiny", "point": "auto-short-10", "steps": 2, "rounds": 4, "width": 3,
+                         "period_s": [1.0, 2.0], "processes": 2},
+               "reference_ratio": 1.0,
+               "conditions": {"quiet": {"windows": [[0.05, 1.0], [0.1, 1.02]], "unstable_share": 0.0,
+                                        "stable_but_off_share": 0.0, "windows_count": 2}}}
+    path = results.record("stability", figures, tmp_path, command="fastpath-suite stability --rounds 4")
+    data = results.load(path)
+    assert path.parent.name == "stability" and path.stem == data["machine_key"]
+    page = results.render(tmp_path)
+    assert f"### {data['machine_summary']}" in page
+    assert f"at commit `{(data['commit'] or 'unknown')[:12]}" in page and data["date"][:10] in page
+    assert "`fastpath-suite stability --rounds 4`" in page and "| quiet | 2 | 0% | 0% | 1.01 |" in page, page
+    assert "No results file yet: `fastpath-suite report --results results/` writes one." in page
+
+
+@pytest.mark.parametrize("content, says", [
+    ("{not json", "not readable as JSON"),
+    (json.dumps({"schema": "fastpath-speed-baseline"}), "not a fastpath results file"),
+    (json.dumps({"format": "fastpath-results", "version": 99, "kind": "report"}), "results format version 99"),
+    (json.dumps({"format": "fastpath-results", "version": 1, "kind": "weather"}), "kind 'weather'"),
+    (json.dumps({"format": "fastpath-results", "version": 1, "kind": "report"}), "missing"),
+])
+def test_a_corrupt_or_foreign_file_is_refused_with_the_fix(tmp_path, content, says):
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "x.json").write_text(content)
+    with pytest.raises(results.ResultsError, match=says) as err:
+        results.render(tmp_path)
+    assert "x.json" in str(err.value)
+    assert results.main(["--dir", str(tmp_path), "--page", str(tmp_path / "page.md")]) == 2
+
+
+def test_check_fails_on_a_page_edited_by_hand(tmp_path):
+    page = tmp_path / "results.md"
+    assert results.main(["--dir", str(tmp_path), "--page", str(page)]) == 0
+    assert results.main(["--check", "--dir", str(tmp_path), "--page", str(page)]) == 0
+    page.write_text(page.read_text().replace("No results file yet", "1.47x faster"))
+    assert results.main(["--check", "--dir", str(tmp_path), "--page", str(page)]) == 1
