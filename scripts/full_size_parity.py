@@ -29,8 +29,8 @@ from harness.speed.measure import sequence_lengths
 def main() -> int:
     parser = argparse.ArgumentParser(prog="fastpath-suite full-size-parity", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("points", nargs="+")
-    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("points", nargs="+", help="speed points of fixtures/points.json, e.g. clone3-short-32")
+    parser.add_argument("--steps", type=int, default=2, help="unmasking steps per point (every step has the same shapes)")
     args = parser.parse_args()
     torch.set_num_threads(torch.get_num_threads())  # MKL's state as after the first explicit setting (conftest.py)
     model = load_model(resolve_checkpoint(None, size="full"))

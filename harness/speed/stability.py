@@ -29,7 +29,11 @@ import sys
 import time
 from dataclasses import dataclass
 
-MAX_RATIO_SPREAD = 0.20  # the per-round ratios of a run may span at most 20% of their median
+# The per-round ratios of a run may span at most 40% of their median. Chosen from a first run on a quiet 2-core
+# EPYC (per-call spread about 9% there, so a ratio's about 12%: the range of 3 normal samples stays under 3.3 sd,
+# 0.40, 95% of the time), where quiet windows spanned up to 0.39 and intermittently loaded ones at least 0.48;
+# the rates in docs/results.md are from later runs, not from the one the threshold was read off.
+MAX_RATIO_SPREAD = 0.40
 MAX_SAMPLE_SPREAD = 0.25  # a stored run's IQR may be at most 25% of its median (compare)
 MIN_ROUNDS = 3
 
@@ -195,14 +199,15 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--size", choices=("tiny", "full"), default="full", help="built test checkpoint")
     parser.add_argument("--point", default="auto-short-10", help="a speed point of fixtures/points.json")
-    parser.add_argument("--steps", type=int_at_least(1), default=2, help="unmasking steps per call")
+    parser.add_argument("--steps", type=int_at_least(1), default=8,
+                        help="unmasking steps per call (the report times at 8)")
     parser.add_argument("--rounds", type=int_at_least(MIN_ROUNDS), default=30,
                         help="interleaved rounds per condition (stock, lossless)")
     parser.add_argument("--width", type=int_at_least(MIN_ROUNDS), default=MIN_ROUNDS,
                         help="rounds per judged run (the report's default rounds)")
     parser.add_argument("--conditions", nargs="+", choices=("quiet", "steady", "intermittent"),
-                        default=["quiet", "intermittent", "steady"], help="load conditions, quiet first")
-    parser.add_argument("--period", type=float, nargs=2, default=[2.0, 10.0], metavar=("MIN", "MAX"),
+                        default=["quiet", "intermittent"], help="load conditions, quiet first")
+    parser.add_argument("--period", type=float, nargs=2, default=[5.0, 30.0], metavar=("MIN", "MAX"),
                         help="seconds the intermittent load stays on, then off (uniform)")
     parser.add_argument("--processes", type=int_at_least(1), default=os.cpu_count() or 1,
                         help="busy processes of the load")
