@@ -1,8 +1,10 @@
 """The upstream version-bump gate: may fastpath ship on top of another omnivoice?
 
-    python -m harness.gate omnivoice==0.2.0 [--against current] [--out DIR]
-    python -m harness.gate path/to/omnivoice-X.whl
-    python -m harness.gate path/to/source-folder        # a folder holding omnivoice/
+    fastpath-suite gate omnivoice==0.2.0 [--against current] [--out DIR] [--results results/] [--quiet]
+    fastpath-suite gate path/to/omnivoice-X.whl
+    fastpath-suite gate path/to/source-folder        # a folder holding omnivoice/
+
+(`python -m harness.gate ...` is the same.)
 
 The candidate gets its own venv (`harness.candidate`: only omnivoice differs from this environment).
 Checks, in order, each with a status: pass, changed-as-expected, changed, fail or skipped.
@@ -23,7 +25,9 @@ install step, or a blocking check that raised or timed out: ERROR, the reason in
 blocking check (fingerprints, behaviour, parity, work) was skipped, run on a subset (--parity-k) or left out
 (--checks), so there is no verdict. An informational check (goldens, rtf, quality without a finding) that could not
 run is reported as "error" and changes nothing.
-Writes OUT/verdict.json, OUT/verdict.md and each step's log.
+Writes OUT/verdict.json, OUT/verdict.md and each step's log; with `--results DIR` also a "gate" results file
+(the verdict and one row per check: render_results). Progress (each environment prepared, each check started and
+finished, with a counter and the elapsed time) goes to stderr, none with --quiet; the table and verdict to stdout.
 """
 
 from __future__ import annotations
@@ -46,7 +50,9 @@ from fastpath.registry import relied_on
 from harness import REPO_ROOT, machine
 from harness import candidate as cand
 from harness import goldens as gold
+from harness import results as result_files
 from harness.cli import int_at_least
+from harness.progress import Progress, clock
 
 STATUSES = ("pass", "changed-as-expected", "changed", "fail", "skipped", "error")  # error: the check could not run
 CHECKS = ("fingerprints", "behaviour", "goldens", "parity", "work", "rtf", "quality")
@@ -93,7 +99,7 @@ def rule_fingerprints(rows: list, candidate_version: str, against_version: str,
     names = [r["name"] for r in unknown]
     details.append(
         f"fix: read the diffs in fingerprints/; if the patch logic still holds and the parity tier passes, record "
-        f"with `python -m fastpath fingerprints --source {candidate_file} --version "
+        f"with `fastpath-suite fingerprints --source {candidate_file} --version "
         f"{candidate_version} --record --only {' '.join(names)}`")
     return Check("fingerprints", "changed", True,
                  f"refused: {', '.join(names)} changed in omnivoice {candidate_version} (unreviewed)", details)
@@ -103,7 +109,7 @@ def rule_goldens(differences: dict, against_version: str, candidate_version: str
     """differences: {goldens version: {point: [differing parts]}} (goldens.match_versions)."""
     if not differences:
         return Check("goldens", "skipped", False,
-                     "no goldens recorded: run `python -m harness.goldens --record`")
+                     "no goldens recorded: run `fastpath-suite goldens --record`")
     same = gold.matching(differences)
     if against_version in same:
         return Check("goldens", "pass", False, f"stock output identical to the {against_version} goldens at every point")
@@ -490,10 +496,17 @@ class GateStepError(RuntimeError):
 
 def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, rtf_rounds: int = 0,
              checkpoint: str | None = None, fresh: bool = False, command: str = "", log=print,
-             parity_select: str | None = None, accepted: dict | None = None) -> dict:
+             parity_select: str | None = None, accepted: dict | None = None, progress: Progress | None = None) -> dict:
+    """log: one line per environment prepared and per check started (with a counter and the elapsed time);
+    progress: a Progress whose "checks" stage counts the finished checks (none: nothing)."""
     start = time.perf_counter()
+    progress = progress if progress is not None else Progress("gate", quiet=True)
     out.mkdir(parents=True, exist_ok=True)
+    log(f"plan: prepare 2 environments (candidate {candidate_text}, against {against_text}: a venv each, reused "
+        f"from .cache/gate/ when built before), then {len(checks)} checks: {', '.join(checks)}")
+    log(f"environment 1/2: {candidate_text}")
     env = cand.prepare(cand.parse_spec(candidate_text), fresh=fresh)
+    log(f"environment 2/2: {against_text}, {clock(time.perf_counter() - start)} elapsed")
     against = cand.prepare(cand.parse_spec(against_text), fresh=fresh)
     results, info = [], {}
     for e, tag in ((env, "candidate"), (against, "against")):
@@ -526,18 +539,20 @@ def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, r
             "rtf": lambda: check_rtf(env, against, rtf_rounds, out) if rtf_rounds else rule_rtf([], []),
             "quality": lambda: check_quality(env, checkpoint, out, versions[0]),
         }
-        for name in checks:
-            t0 = time.perf_counter()
-            log(f"[gate] {name} ...")
-            try:
-                check = steps[name]()
-            except subprocess.TimeoutExpired as err:
-                check = Check(name, "error", False, f"could not run: timed out after {err.timeout:.0f} s: "
-                                                    f"{' '.join(map(str, err.cmd))}")
-            except Exception as err:  # noqa: BLE001 - a check that could not run is reported, never a finding
-                check = Check(name, "error", False, f"could not run: {type(err).__name__}: {err}")
-            check.details.append(f"took {time.perf_counter() - t0:.0f} s")
-            results.append(check)
+        with progress.stage("checks", total=len(checks)) as step:
+            for i, name in enumerate(checks, 1):
+                t0 = time.perf_counter()
+                log(f"check {i}/{len(checks)}: {name} started, {clock(t0 - start)} elapsed")
+                try:
+                    check = steps[name]()
+                except subprocess.TimeoutExpired as err:
+                    check = Check(name, "error", False, f"could not run: timed out after {err.timeout:.0f} s: "
+                                                        f"{' '.join(map(str, err.cmd))}")
+                except Exception as err:  # noqa: BLE001 - a check that could not run is reported, never a finding
+                    check = Check(name, "error", False, f"could not run: {type(err).__name__}: {err}")
+                check.details.append(f"took {time.perf_counter() - t0:.0f} s")
+                results.append(check)
+                step(f"{name} {check.status} in {time.perf_counter() - t0:.0f} s")
     report = verdict(results)
     report.update({
         "candidate": {"spec": candidate_text, "version": versions[0], "python": str(env.python)},
@@ -593,6 +608,36 @@ def render_verdict(report: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def results_figures(report: dict) -> dict:
+    """The gate's results-file figures: the verdict and one row per check (details stay in OUT/verdict.*)."""
+    return {
+        "candidate": {k: report["candidate"][k] for k in ("spec", "version")},
+        "against": {k: report["against"][k] for k in ("spec", "version")},
+        "state": report["state"], "blocked_by": report["blocked_by"], "not_run": report["not_run"],
+        "errors": report["errors"], "accepted": report.get("accepted", {}),
+        "checks": [{"name": c["name"], "status": c["status"], "blocking": c["blocks"], "summary": c["summary"]}
+                   for c in report["checks"]],
+        "seconds": report["seconds"],
+    }
+
+
+def render_results(figures: dict) -> str:
+    """A "gate" results file's figures as markdown: the verdict, then one row per check."""
+    def cell(text) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    lines = [f"omnivoice `{figures['candidate']['version']}` (`{figures['candidate']['spec']}`) against "
+             f"`{figures['against']['version']}` (`{figures['against']['spec']}`): **{headline(figures)}**; "
+             f"the gate took {figures['seconds']:.0f} s.", "",
+             "| check | status | blocks the bump | summary |", "|---|---|---|---|"]
+    lines += [f"| {c['name']} | {c['status']} | {'yes' if c['blocking'] else 'no'} | {cell(c['summary'])} |"
+              for c in figures["checks"]]
+    if figures.get("accepted"):
+        lines += ["", "Behaviour changes accepted by name: "
+                  + "; ".join(f"`{k}`: {cell(v)}" for k, v in sorted(figures["accepted"].items())) + "."]
+    return "\n".join(lines)
+
+
 def _checks(text: str) -> tuple:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     unknown = [n for n in names if n not in CHECKS]
@@ -602,7 +647,7 @@ def _checks(text: str) -> tuple:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.gate", description=__doc__.split("\n")[0],
+    parser = argparse.ArgumentParser(prog="fastpath-suite gate", description=__doc__.split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("candidate", help="omnivoice==X.Y.Z, a path to an omnivoice .whl, or a folder holding omnivoice/")
     parser.add_argument("--against", default="current",
@@ -620,7 +665,9 @@ def main(argv=None) -> int:
     parser.add_argument("--accept", action="append", default=[], metavar="SETTING=REASON",
                         help="accept a reviewed behaviour change at one grid setting ('*' for all), with the reason "
                              "the verdict records; repeatable")
+    result_files.add_arguments(parser)
     args = parser.parse_args(argv)
+    progress = Progress("gate", quiet=args.quiet)
     accepted = {}
     for item in args.accept:
         name, sep, reason = item.partition("=")
@@ -630,10 +677,11 @@ def main(argv=None) -> int:
     try:
         spec = cand.parse_spec(args.candidate)
         out = args.out or REPO_ROOT / "out" / "gate" / spec.name
-        command = "python -m harness.gate " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+        command = (result_files.command_line() if result_files.COMMAND is not None
+                   else shlex.join(["fastpath-suite", "gate", *(sys.argv[1:] if argv is None else argv)]))
         report = run_gate(args.candidate, args.against, out, args.checks, args.rtf_rounds, args.checkpoint,
-                          args.fresh, command, log=lambda msg: print(msg, flush=True), parity_select=args.parity_k,
-                          accepted=accepted)
+                          args.fresh, command, log=progress.say, parity_select=args.parity_k, accepted=accepted,
+                          progress=progress)
     except cand.CandidateError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -642,6 +690,7 @@ def main(argv=None) -> int:
         return 2
     print(render_table(report))
     print(f"\nwritten: {out / 'verdict.md'}, {out / 'verdict.json'} ({report['seconds']:.0f} s)")
+    result_files.write_if_asked(args, "gate", results_figures(report))
     return {"may-ship": 0, "must-not-ship": 1, "error": 2, "incomplete": 3}[report["state"]]
 
 

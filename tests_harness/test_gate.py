@@ -416,7 +416,7 @@ def test_schedule_change_moves_the_goldens(model, checkpoint, floor_source):
         pytest.skip("goldens are recorded on the tiny test checkpoint")
     known = goldens.load_goldens()
     version = fingerprints.omnivoice_version()
-    assert version in known, f"no goldens for omnivoice {version}: python -m harness.goldens --record"
+    assert version in known, f"no goldens for omnivoice {version}: fastpath-suite goldens --record"
     import omnivoice.models.omnivoice as upstream
 
     fixture = floor_schedule()

@@ -39,8 +39,8 @@ def test_known_answers_on_espeak_speech(judge, espeak):
 @pytest.mark.quality
 @pytest.mark.slow
 def test_operating_characteristics_on_espeak_speech(judge, espeak):
-    """The README table: 20 repetitions of every case at the table's size (60 sentences x 3 seeds, margin 4
-    points). Cold: about 4000 clips to render and transcribe (40 min on 2 cores); cached afterwards."""
+    """The table of docs/results.md: 20 repetitions of every case at the table's size (60 sentences x 3 seeds,
+    margin 4 points). Cold: about 4000 clips to render and transcribe (40 min on 2 cores); cached afterwards."""
     rows = known_answer.run(judge, str(judge.path), reps=20)
     text = report(rows, known_answer.MARGIN_POINTS, known_answer.SEEDS)
     assert all(r.meets() for r in rows), text

@@ -2,8 +2,8 @@
 
 At ΔWER = margin the gate may pass at most 5% of 400 data sets, damage spread over every sentence or concentrated
 in 10% or 20% of them, at the sizes the gate decides at (the real checkpoint's holdout runs, the espeak table); the size rule's pick must give an equivalent
-candidate about the power it promises. `python -m harness.quality.simulate --sentences G --seeds k --wer W
---margin M` prints the whole table of a size (README, "Quality gate").
+candidate about the power it promises. `fastpath-suite simulate --sentences G --seeds k --wer W
+--margin M` prints the whole table of a size (docs/quality.md).
 """
 
 from __future__ import annotations

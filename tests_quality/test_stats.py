@@ -46,8 +46,48 @@ def test_verdict_prints_points():
     v = stats.gate(scored(e_ref, w), scored(e_cand, w), margin_points=2.0, label="demo")
     text = v.format()
     for piece in (f"{100 * v.delta_wer:+.2f} pts", f"{100 * v.upper:+.2f}]", "margin 2.00 WER points",
-                  f"p(non-inferior)={v.p_noninferior:.4f}", f"clips {v.n_clips}", "judge-A", "demo"):
+                  f'H0 "candidate worse by the margin or more" (ΔWER >= +2.00 pts) = {v.p_noninferior:.4f}',
+                  f'H0 "candidate no worse than the reference" (ΔWER <= 0) = {v.p_worse:.4f}',
+                  f"clips {v.n_clips}", "judge-A", "demo"):
         assert piece in text, f"{piece!r} missing from:\n{text}"
+
+
+def test_identical_sets_read_as_shown_non_inferior_in_words():
+    """Two identical sets: p = 0 for "worse by the margin" and p = 1 for "no worse" are the best outcome, and the
+    verdict says so in words, each p-value named by the hypothesis it tests (not `p(non-inferior)=0.0000`)."""
+    e_ref, _, w = synthetic(60, 0.10, 0.10, seed=9)
+    v = stats.gate(scored(e_ref, w), scored(e_ref, w), margin_points=1.0)
+    text = v.format()
+    assert v.passed and (v.p_noninferior, v.p_worse) == (0.0, 1.0), text
+    lines = text.splitlines()
+    assert lines[0].startswith("[PASS]"), text
+    assert lines[1].startswith("  in plain words: shown non-inferior: not worse than the reference by 1.00 WER "
+                               "points or more"), text
+    assert ('p for H0 "candidate worse by the margin or more" (ΔWER >= +1.00 pts) = 0.0000 '
+            "(small: shown non-inferior)") in text
+    assert ('p for H0 "candidate no worse than the reference" (ΔWER <= 0) = 1.0000 '
+            "(not small: not shown worse than the reference)") in text
+    assert "p(non-inferior)" not in text and "p(worse)" not in text
+
+
+def test_every_verdict_has_its_plain_words():
+    """pass, underpowered and both kinds of fail each say what they mean in one sentence."""
+    e_ref, e_cand, w = synthetic(20, 0.10, 0.10, seed=6)
+    small = stats.gate(scored(e_ref, w), scored(e_cand, w), margin_points=1.0)
+    e_ref, e_cand, w = synthetic(60, 0.05, 0.30, seed=7)
+    worse = stats.gate(scored(e_ref, w), scored(e_cand, w), margin_points=1.0)
+    assert small.verdict == "underpowered" and small.meaning().startswith("undecided, not a failure"), small.format()
+    assert f"rerun with {small.seeds_needed} seeds per sentence" in small.meaning()
+    assert worse.verdict == "fail" and worse.meaning().startswith("shown worse than the reference by 1.00"), \
+        worse.format()
+    assert "(small: shown worse than the reference, by some amount)" in worse.format()
+    e_ref, e_cand, w = synthetic(2000, 0.10, 0.11, seed=1)  # about one point worse, measured precisely
+    near = stats.gate(scored(e_ref, w), scored(e_cand, w), margin_points=1.0)
+    assert near.verdict == "fail" and near.lower < near.margin < near.upper, near.format()
+    assert near.meaning().startswith("not shown non-inferior: worse by 1.00 WER points or more is not ruled out")
+    assert "(not small: worse by the margin or more is not ruled out)" in near.format()
+    for v in (small, worse, near):
+        assert f"  in plain words: {v.meaning()}" in v.format()
 
 
 # --- bounds ------------------------------------------------------------------------------------------------------
@@ -126,6 +166,7 @@ def test_significantly_worse_inside_the_margin_passes_and_says_so():
     v = stats.gate(scored(e_ref, w), scored(e_cand, w), margin_points=1.0)
     assert v.passed and v.worse and v.lower > 0, v.format()
     assert "SIGNIFICANTLY WORSE" in v.format() and v.format().startswith("[PASS]")
+    assert "measurably worse than the reference, but by less than the margin" in v.meaning()
 
 
 def test_a_small_run_is_underpowered_and_names_the_seeds_and_the_command():

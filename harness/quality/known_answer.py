@@ -13,7 +13,10 @@ A repetition draws, for every sentence, 2k distinct seeds from a pool of 12 (k f
 candidate), shared by its cases, and each case's damage; clips and transcripts are cached, so repetitions share
 work where they share seeds.
 
-    python -m harness.quality.known_answer --reps 20    # the README table (cold: 4028 clips in 619 s on 2 cores)
+    fastpath-suite known-answer --reps 20    # the table of docs/results.md (cold: about 4000 clips to render)
+
+`--results DIR` writes the figures (margin, seeds, repetitions, the judge's identity, the espeak-ng version and
+each row's as_dict) as a results file; `render_results` turns them into the table of docs/results.md.
 """
 
 from __future__ import annotations
@@ -28,11 +31,14 @@ from typing import Sequence
 
 import numpy as np
 
+from harness import results
+from harness.progress import QUIET, Progress
+
 from . import corpus, evaluate, speech, wer
 from .evaluate import Clip
-from .stats import gate, margin_fraction
+from .stats import gate, margin_fraction, margin_points_option
 
-MARGIN_POINTS = 4.0  # what 60 sentences x 3 seeds of espeak speech support for tiny.en (README: the pilot)
+MARGIN_POINTS = 4.0  # what 60 sentences x 3 seeds of espeak speech support for tiny.en (docs/quality.md: the size rule)
 SEEDS = 3
 POOL = 12  # seeds rendered per sentence
 CONCENTRATED = 0.2
@@ -124,19 +130,30 @@ def _transcribe(specs):
     return evaluate.transcribe_set(_judge, [render_clip(*s) for s in specs])
 
 
-def transcribe_all(specs: list, judge_name: str | None, workers: int) -> None:
+CHUNK = 20  # clips per unit of work (and per progress step) of transcribe_all
+
+
+def transcribe_all(specs: list, judge_name: str | None, workers: int, progress: Progress = QUIET) -> None:
     """Render and transcribe every clip of `specs` (deduplicated) into the caches, `workers` processes of one
     thread each (judge.load_judge measured 2 threads 1.3x faster than 1, so two one-thread processes should do
-    about 1.5x one of two threads on 2 cores; not measured separately)."""
+    about 1.5x one of two threads on 2 cores; not measured separately). Chunks of CHUNK clips, one progress step
+    each (cached clips make a chunk quick, so the estimate of what is left is rough)."""
     unique = list({(s[0].id, s[1], s[3]): s for s in specs}.values())
-    if workers <= 1:
-        _load(judge_name)
-        _transcribe(unique)
-        return
-    shards = [unique[i::workers] for i in range(workers)]
-    context = multiprocessing.get_context("spawn")  # no fork of a process whose OpenMP threads may be running
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_load, initargs=(judge_name,)) as ex:
-        list(ex.map(_transcribe, shards))
+    chunks = [unique[i:i + CHUNK] for i in range(0, len(unique), CHUNK)]
+    with progress.stage("render and transcribe", len(chunks)) as step:
+        done = 0
+        if workers <= 1:
+            _load(judge_name)
+            for chunk in chunks:
+                _transcribe(chunk)
+                done += len(chunk)
+                step(f"{done}/{len(unique)} clips")
+            return
+        context = multiprocessing.get_context("spawn")  # no fork of a process whose OpenMP threads may be running
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_load, initargs=(judge_name,)) as ex:
+            for chunk, _ in zip(chunks, ex.map(_transcribe, chunks)):
+                done += len(chunk)
+                step(f"{done}/{len(unique)} clips")
 
 
 def score(judge, specs: list) -> wer.ScoredSet:
@@ -167,7 +184,10 @@ class Row:
 
 
 def run(judge, judge_name: str | None, reps: int, seeds: int = SEEDS, margin_points: float = MARGIN_POINTS,
-        cases: Sequence[Case] = CASES, workers: int = 2, seed: int = 0, items=None, log=print) -> list[Row]:
+        cases: Sequence[Case] = CASES, workers: int = 2, seed: int = 0, items=None, log=print,
+        progress: Progress = QUIET) -> list[Row]:
+    """Every case `reps` times: render and transcribe all clips (one stage), then gate each repetition of each
+    case (another); progress on `progress`, a line per stage's result through `log`."""
     items = items if items is not None else corpus.load_corpus("dev")
     plans = {case: [] for case in cases}
     for rep in range(reps):  # one draw of seeds per repetition, shared by every case: paired, and fewer clips
@@ -178,52 +198,84 @@ def run(judge, judge_name: str | None, reps: int, seeds: int = SEEDS, margin_poi
             plans[case].append(plan(case, items, seeds, margin_points, chosen, rng))
     every = [s for reps_ in plans.values() for ref, cand in reps_ for s in ref + cand]
     t0 = time.time()
-    transcribe_all(every, judge_name, workers)
+    transcribe_all(every, judge_name, workers, progress)
     log(f"rendered and transcribed {len({(s[0].id, s[1], s[3]) for s in every})} distinct clips in "
         f"{time.time() - t0:.0f} s")
     rows = []
-    for case, reps_ in plans.items():
-        verdicts = [gate(score(judge, ref), score(judge, cand), margin_points=margin_points, label=case.name)
-                    for ref, cand in reps_]
-        rows.append(Row(case, verdicts))
-        log(f"{case.name}: passed {sum(v.passed for v in verdicts)}/{len(verdicts)}")
+    with progress.stage("gate", len(plans) * reps) as step:
+        for case, reps_ in plans.items():
+            verdicts = []
+            for rep, (ref, cand) in enumerate(reps_, 1):
+                verdicts.append(gate(score(judge, ref), score(judge, cand), margin_points=margin_points,
+                                     label=case.name))
+                step(f"{case.name}, repetition {rep}/{reps}: {verdicts[-1].verdict}")
+            rows.append(Row(case, verdicts))
+            log(f"{case.name}: passed {sum(v.passed for v in verdicts)}/{len(verdicts)}")
     return rows
 
 
-def markdown(rows: list[Row], margin_points: float, seeds: int, items: int) -> str:
-    lines = [f"margin {margin_points:g} WER points; {items} sentences x {seeds} seeds a set; "
-             f"{len(rows[0].verdicts)} repetitions a row",
-             "| case | criterion | passed | ΔWER points, mean (sd) | upper bound, mean | met |", "|---|---|---|---|---|---|"]
-    for r in rows:
-        d = r.as_dict()
+def figures(rows: list[Row], margin_points: float, seeds: int, reps: int, sentences: int, judge: str | None,
+            espeak: str | None, seed: int = 0) -> dict:
+    """The raw figures of a run (JSON-serialisable), as a results file and --out hold them."""
+    return {"margin_points": margin_points, "seeds": seeds, "reps": reps, "sentences": sentences, "seed": seed,
+            "pool": POOL, "judge": judge, "espeak": espeak, "rows": [r.as_dict() for r in rows]}
+
+
+def render_results(figures: dict) -> str:
+    """The table of a run's figures (`figures()`), as markdown: one row per case."""
+    rows = figures["rows"]
+    lines = [f"Margin {figures['margin_points']:g} WER points; {figures.get('sentences', '?')} sentences x "
+             f"{figures['seeds']} seeds a set; {rows[0]['repetitions'] if rows else figures['reps']} repetitions a "
+             "row." + (f" Judge: {figures['judge']}; espeak-ng {figures['espeak']}." if figures.get("judge") else ""),
+             "",
+             "| case | criterion | passed | ΔWER points, mean (sd) | upper bound, mean | met |",
+             "|---|---|---|---|---|---|"]
+    for d in rows:
         lines.append(f"| {d['case']} | {d['want']} | {d['passed']}/{d['repetitions']} ({d['pass_rate']:.0%}) | "
                      f"{d['delta_points_mean']:+.2f} ({d['delta_points_sd']:.2f}) | {d['upper_points_mean']:+.2f} | "
                      f"{'yes' if d['meets'] else 'NO'} |")
     return "\n".join(lines)
 
 
+def markdown(rows: list[Row], margin_points: float, seeds: int, items: int, judge: str | None = None,
+             espeak: str | None = None) -> str:
+    """render_results of rows not yet gathered into figures."""
+    return render_results(figures(rows, margin_points, seeds, len(rows[0].verdicts) if rows else 0, items, judge,
+                                  espeak))
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.quality.known_answer", description=__doc__.split("\n")[0])
-    parser.add_argument("--reps", type=int, default=20)
+    parser = argparse.ArgumentParser(prog="fastpath-suite known-answer", description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--reps", type=int, default=20, help="repetitions of every case (fresh seeds and damage)")
     parser.add_argument("--seeds", type=int, default=SEEDS, help="seeds per sentence in a set")
-    parser.add_argument("--margin", type=float, default=MARGIN_POINTS, help="WER points")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--judge", default=None)
-    parser.add_argument("--out", default=str(evaluate.REPO_ROOT / "out" / "quality" / "known_answer.json"))
+    parser.add_argument("--margin", type=margin_points_option, default=MARGIN_POINTS,
+                        help="non-inferiority margin in WER points")
+    parser.add_argument("--workers", type=int, default=2, help="processes rendering and transcribing clips")
+    parser.add_argument("--judge", default=None,
+                        help="the Whisper judge (a name or path, as --judge of pytest); None: tiny.en")
+    parser.add_argument("--out", default=str(evaluate.REPO_ROOT / "out" / "quality" / "known_answer.json"),
+                        help="where to write the run's figures as JSON")
+    results.add_arguments(parser)
     args = parser.parse_args(argv)
     from pathlib import Path
 
     from .judge import load_judge
 
+    progress = Progress("known-answer", quiet=args.quiet)
+    items = corpus.load_corpus("dev")
+    progress.say(f"{len(CASES)} cases x {args.reps} repetitions of {len(items)} sentences x {args.seeds} seeds a set, "
+                 f"margin {args.margin:g} WER points; clips not yet cached are rendered and transcribed first "
+                 "(cold: about 4000 clips at the defaults)")
     judge = load_judge(args.judge)
-    rows = run(judge, args.judge, args.reps, args.seeds, args.margin, workers=args.workers)
-    text = markdown(rows, args.margin, args.seeds, len(corpus.load_corpus("dev")))
-    print(text)
+    rows = run(judge, args.judge, args.reps, args.seeds, args.margin, workers=args.workers, items=items,
+               log=progress.say, progress=progress)
+    data = figures(rows, args.margin, args.seeds, args.reps, len(items), judge.identity, speech.espeak_version())
+    print(render_results(data))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"margin_points": args.margin, "seeds": args.seeds, "reps": args.reps,
-                               "judge": judge.identity, "espeak": speech.espeak_version(),
-                               "rows": [r.as_dict() for r in rows]}, indent=1) + "\n")
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    results.write_if_asked(args, "known-answer", data)
     return 0 if all(r.meets() for r in rows) else 1
 
 

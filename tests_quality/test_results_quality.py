@@ -1,0 +1,88 @@
+"""Results as data for the quality verbs: `fastpath-suite simulate` and `fastpath-suite known-answer` write raw
+figures, and their render_results turn those into the tables of docs/results.md (harness/results.py KINDS)."""
+
+from __future__ import annotations
+
+import json
+
+from harness import results
+from harness.quality import known_answer, simulate
+
+SIMULATED = {"model": {"sentences": 10, "seeds": 2, "wer": 0.06, "concentration": 8.0, "words": [6, 21]},
+             "margin_points": 1.0, "alpha": 0.025, "datasets": 5, "seed": 1,
+             "rows": [{"case": "equivalent (every clip re-generated)", "true_delta_points": 0.0, "pass_rate": 0.8},
+                      {"case": "worse, spread", "true_delta_points": 1.0, "pass_rate": 0.04}]}
+
+KNOWN = {"margin_points": 4.0, "seeds": 3, "reps": 2, "sentences": 60, "seed": 0, "pool": 12,
+         "judge": "whisper tiny.en ct2 sha256:abc", "espeak": "1.51",
+         "rows": [{"case": "equivalent set (other seeds)", "want": "pass >= 80%", "repetitions": 2, "passed": 2,
+                   "pass_rate": 1.0, "meets": True, "delta_points_mean": 0.25, "delta_points_sd": 0.5,
+                   "upper_points_mean": 2.5, "verdicts": ["pass", "pass"]},
+                  {"case": "worse by the margin, spread", "want": "pass <= 5%", "repetitions": 2, "passed": 1,
+                   "pass_rate": 0.5, "meets": False, "delta_points_mean": 4.1, "delta_points_sd": 1.0,
+                   "upper_points_mean": 6.0, "verdicts": ["pass", "fail"]}]}
+
+
+def test_the_kinds_point_at_these_renderers():
+    assert results.renderer("simulate") is simulate.render_results
+    assert results.renderer("known-answer") is known_answer.render_results
+
+
+def test_simulate_renders_one_row_per_case():
+    text = simulate.render_results(SIMULATED)
+    lines = text.splitlines()
+    assert lines[0].startswith("10 sentences x 2 seeds a set, reference WER 6%") and "margin 1 WER points" in lines[0]
+    assert "5 simulated data sets a row" in lines[0]
+    assert lines[2:] == ["| case | true ΔWER (points) | gate passes |", "|---|---|---|",
+                         "| equivalent (every clip re-generated) | +0.0 | 80.0% |",
+                         "| worse, spread | +1.0 | 4.0% |"]
+
+
+def test_known_answer_renders_one_row_per_case():
+    text = known_answer.render_results(KNOWN)
+    lines = text.splitlines()
+    assert lines[0] == ("Margin 4 WER points; 60 sentences x 3 seeds a set; 2 repetitions a row. "
+                        "Judge: whisper tiny.en ct2 sha256:abc; espeak-ng 1.51.")
+    assert lines[4] == "| equivalent set (other seeds) | pass >= 80% | 2/2 (100%) | +0.25 (0.50) | +2.50 | yes |"
+    assert lines[5] == "| worse by the margin, spread | pass <= 5% | 1/2 (50%) | +4.10 (1.00) | +6.00 | NO |"
+
+
+def test_simulate_writes_a_results_file_the_page_renders(tmp_path, capsys):
+    out = tmp_path / "results"
+    assert simulate.main(["--sentences", "8", "--seeds", "2", "--datasets", "3", "--results", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "| worse, spread | +1.0 |" in captured.out and "results file:" in captured.out
+    assert "[simulate] rows 7/7" in captured.err  # progress, one line per row when stderr is not a terminal
+    (path,) = (out / "simulate").glob("*.json")
+    data = results.load(path)
+    assert data["kind"] == "simulate" and json.loads(json.dumps(data["figures"])) == data["figures"]
+    figures = data["figures"]
+    assert figures["model"]["sentences"] == 8 and figures["datasets"] == 3 and len(figures["rows"]) == 7
+    assert {"case", "true_delta_points", "pass_rate"} == set(figures["rows"][0])
+    page = results.render(out)
+    assert "## Quality gate: operating characteristics (simulation)" in page
+    assert simulate.render_results(figures) in page
+
+
+def test_simulate_quiet_prints_no_progress(capsys):
+    assert simulate.main(["--sentences", "6", "--seeds", "2", "--datasets", "1", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_known_answer_shows_progress_per_chunk_of_clips(monkeypatch):
+    """transcribe_all steps once per CHUNK clips (duplicates counted once), on the given Progress."""
+    import io
+    from types import SimpleNamespace
+
+    from harness.progress import Progress
+
+    done = []
+    monkeypatch.setattr(known_answer, "_load", lambda name: None)
+    monkeypatch.setattr(known_answer, "_transcribe", lambda specs: done.extend(specs) or [])
+    specs = [(SimpleNamespace(id=f"s{i}"), 0, 0, known_answer.Damage()) for i in range(45)] * 2
+    stream = io.StringIO()
+    known_answer.transcribe_all(specs, None, workers=1, progress=Progress("known-answer", stream=stream))
+    assert len(done) == 45
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "[known-answer] render and transcribe: 3 steps"
+    assert lines[-1].startswith("[known-answer] render and transcribe 3/3: 45/45 clips")
