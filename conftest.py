@@ -158,7 +158,7 @@ def pytest_collection_modifyitems(config, items):
             if not cuda:
                 item.add_marker(pytest.mark.skip(
                     reason="needs CUDA: torch.cuda.is_available() is False here; run `pytest -m cuda` on a GPU "
-                           "runner with a CUDA build of torch (see README, GPU tier)"))
+                           "runner with a CUDA build of torch (docs/gpu.md)"))
         if "mps" in item.keywords:
             mps = _mps_available() if mps is None else mps
             if not mps:

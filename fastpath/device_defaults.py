@@ -57,7 +57,7 @@ TABLE = {
     },
     "batch_invariant": {
         "cpu": Default(OFF, "opt in: not bit-exact against a stock batch call (it matches batch-1 calls instead); "
-                            "measured in the README's batching table"),
+                            "measured by fastpath-suite bench with --variants lossless batch-invariant"),
         "cuda": Default(OFF, "opt in: one forward per distinct row length, which a launch-bound GPU pays for "
                              "(not yet measured here on CUDA)"),
         "mps": Default(OFF, "opt in, as on CPU"),

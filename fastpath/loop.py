@@ -58,7 +58,7 @@ FLAGS_ATTR = "_fastpath_loop"  # instance attribute: the set of switches that ar
 TRIMMED_LAYOUT = ("trimmed_cfg", "batch_invariant", "prefix_kv_cache")  # switches that run rows at own lengths
 GROUPED_LAYOUT = ("batch_invariant", "prefix_kv_cache")  # ... as batches of equal length; trimmed_cfg alone packs
 REFRESH_ATTR = "_fastpath_prefix_refresh"  # instance attribute: prefix_kv_cache's refresh interval in steps
-DEFAULT_REFRESH = 2  # the mildest staleness; agreement and speed per interval: README, baselines/prefix_kv_cache.json
+DEFAULT_REFRESH = 2  # the mildest staleness; agreement and speed per interval: fastpath-suite prefix, baselines/prefix_kv_cache.json
 MIN_ROWS = 16  # no GEMM of fewer rows than this: small-M kernels round differently from stock's large batch
 INEXACT_ROWS = ("trimmed_cfg ran stock's layout (padded rows) for a call on this machine: no row count of the packed "
                 "forward gave every row the bits of stock's call (fastpath.loop.row_count), so fewer rows would "

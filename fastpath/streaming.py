@@ -66,7 +66,7 @@ import numpy as np
 from fastpath import fingerprints
 from fastpath.registry import STREAM_RELIES_ON, StreamBusyError, _check_model, _open_streams
 
-CHUNK_SECONDS = 4.0  # default audio_chunk_duration: about one sentence a chunk (README, "Streaming")
+CHUNK_SECONDS = 4.0  # default audio_chunk_duration: about one sentence a chunk (docs/serving.md)
 PREPROCESS_ARGS = ("language", "ref_text", "ref_audio", "voice_clone_prompt", "instruct", "duration", "speed",
                    "normalize_text")
 POLL_SECONDS = 0.05  # how often a waiting worker looks for a cancel

@@ -21,7 +21,7 @@ VERBS = {
     "compare": ("harness.speed.compare:main", "compare two speed runs or baselines point by point"),
     "stream": ("harness.speed.streaming:main", "streaming: time to first audio and underruns against generate"),
     "prefix": ("harness.speed.prefix:main", "the approximate prefix-KV cache: speed and how far tokens drift"),
-    "stability": ("harness.speed.stability:main", "how often the 'unstable timing' rule fires, quiet and under load"),
+    "stability": ("harness.speed.under_load:main", "how often the 'unstable timing' rule fires, quiet and under load"),
     "simulate": ("harness.quality.simulate:main", "the quality gate's pass rates on simulated data of known truth"),
     "known-answer": ("harness.quality.known_answer:main", "the quality gate's pass rates on real espeak-ng speech"),
     "goldens": ("harness.goldens:main", "record or check golden outputs of the test checkpoint"),

@@ -10,7 +10,7 @@ two kinds of facts, stored in `fixtures/goldens/<omnivoice version>.json`:
 - exact, per machine: sha256 of the per-step logits and of the waveform (float32 bytes), under the
   `numerics_key` of the machine that recorded them (processor, torch's CPU capability and the kernel-selecting
   extensions, ISA caps in the environment, threads, torch build). Bits hold only there: the same code gave other
-  logits bits on an AVX2 and an AVX-512 machine, and on an AMD and an Intel one of the same capability (README,
+  logits bits on an AVX2 and an AVX-512 machine, and on an AMD and an Intel one of the same capability (docs/machines.md,
   "Machines differ"). On a machine whose key is recorded they are compared; on any other the report says they
   were not, and `test_stock_bits_match_the_goldens_recorded_for_this_machine` skips saying how to record them.
 

@@ -28,7 +28,7 @@ KEY_PACKAGES = ("torch", "omnivoice")
 KERNEL_EXTENSIONS = {"amx_tile": "amx", "avx512_bf16": "bf16", "avx512_fp16": "fp16", "avx512_vnni": "vnni",
                      "avx_vnni": "avxvnni"}
 # Environment variables that cap the instruction set a library uses. Setting the first three to AVX2 on an AVX-512
-# machine comes close to an AVX2-only one (README: "Machines differ"); CT2_FORCE_CPU_ISA does it for the judge.
+# machine comes close to an AVX2-only one (docs/machines.md); CT2_FORCE_CPU_ISA does it for the judge.
 ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "CT2_FORCE_CPU_ISA", "MKL_CBWR")
 
 
@@ -79,6 +79,14 @@ def tree_digest(folder, suffixes: tuple | None = None) -> str:
             h.update(str(path.relative_to(folder)).encode())
             h.update(path.read_bytes())
     return h.hexdigest()
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (None where the platform has none): named beside a timing that did not hold."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
 
 
 def summary() -> str:

@@ -31,7 +31,7 @@ REPORT_POINTS = ("auto_voice", "voice_clone_audio", "batch_of_3", "long_chunked"
 WORK_POINT = "clone6-medium-32"
 # a short auto-voice request (where trimming used to lose) and a short sentence cloned from the 3 s reference
 TIMING_POINTS = ("auto-short-10", "clone3-short-32")
-TIMING_STEPS = 8  # as the README's grid: every step has the same shapes, so fewer steps keep the ratio
+TIMING_STEPS = 8  # as `fastpath-suite grid`: every step has the same shapes, so fewer steps keep the ratio
 
 
 def check_patches() -> list:

@@ -45,7 +45,7 @@ KINDS = {
                  "harness.quality.simulate:render_results"),
     "known-answer": ("Quality gate: operating characteristics (real espeak-ng speech)", "known-answer",
                      "harness.quality.known_answer:render_results"),
-    "stability": ("Unstable timings: the rule's rates", "stability", "harness.speed.stability:render"),
+    "stability": ("Unstable timings: the rule's rates", "stability", "harness.speed.under_load:render"),
     "false-alarms": ("False alarms of the default suite on fresh clones", "false-alarms",
                      "harness.false_alarms:render_results"),
     "gate": ("Version-bump gate findings", "gate", "harness.gate:render_results"),

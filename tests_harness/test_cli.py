@@ -151,39 +151,29 @@ def test_every_documented_command_parses(words, capsys):
         assert outcome.value.code == 0, f"`fastpath-suite {shlex.join(words)}` is refused by its parser"
 
 
-ALIASES = {"--junitxml": "--junit-xml"}  # pytest accepts both, its --help lists one
-
-
-@pytest.fixture(scope="module")
-def pytest_cli(pytestconfig) -> dict:
-    """pytest's options in this repository (conftest's included): name -> takes a value; and the markers."""
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    options = {}
-    for line in proc.stdout.splitlines():
-        for name, value in re.findall(r"(?:^\s+|, )(--?[\w-]+)([= ][A-Za-z{\[][^ ,]*)?", line):
-            options.setdefault(name, bool(value))
-    markers = {line.split(":")[0].split("(")[0].strip() for line in pytestconfig.getini("markers")}
-    return {"options": options, "markers": markers}
-
-
 @pytest.mark.parametrize("words", pytest_commands())
-def test_every_documented_pytest_command_names_real_paths_markers_and_options(words, pytest_cli):
+def test_every_documented_pytest_command_names_real_paths_markers_and_options(words, pytestconfig):
+    """Options are looked up in this run's own pytest configuration (conftest's included: getoption takes the
+    literal --name); a word after an option is its value unless the option is a flag or the word is a path."""
     words = words[3:] if words[0] != "pytest" else words[1:]
-    options, markers = pytest_cli["options"], pytest_cli["markers"]
+    markers = {line.split(":")[0].split("(")[0].strip() for line in pytestconfig.getini("markers")}
     i = 0
     while i < len(words):
         word = words[i]
         if word.startswith("-"):
-            name, has_value = word.split("=")[0], "=" in word
-            name = ALIASES.get(name, name)
-            assert name in options, f"pytest has no option {name}"
-            value = word.split("=", 1)[1] if has_value else (words[i + 1] if options[name] else None)
+            name, _, inline = word.partition("=")
+            try:
+                current = pytestconfig.getoption(name)
+            except ValueError:
+                pytest.fail(f"pytest has no option {name}")
+            nxt = words[i + 1] if i + 1 < len(words) else None
+            takes = not inline and not isinstance(current, bool) and nxt is not None and not nxt.startswith("-") \
+                and not (ROOT / nxt.split("::")[0]).exists()
+            value = inline or (nxt if takes else None)
             if name == "-m":
-                names = set(re.findall(r"[A-Za-z_]\w*", value)) - {"and", "or", "not"}
-                assert names <= markers, f"-m {value!r}: unregistered markers {names - markers}"
-            i += 2 if options[name] and not has_value else 1
+                names = set(re.findall(r"[A-Za-z_]\w*", value or "")) - {"and", "or", "not"}
+                assert value and names <= markers, f"-m {value!r}: unregistered markers {names - markers}"
+            i += 2 if takes else 1
             continue
         assert (ROOT / word.split("::")[0]).exists(), f"no such test path {word}"
         i += 1

@@ -35,7 +35,7 @@ def test_a_recorded_file_renders_with_its_machine_commit_date_and_command(tmp_pa
     page = results.render(tmp_path)
     assert f"### {data['machine_summary']}" in page
     assert f"at commit `{(data['commit'] or 'unknown')[:12]}" in page and data["date"][:10] in page
-    assert "`fastpath-suite stability --rounds 4`" in page and "| quiet | 2 | 0% | 0% | 1.01 |" in page, page
+    assert "`fastpath-suite stability --rounds 4`" in page and "| quiet | 2 | 0% (0/2) | 0% (0/2) | 0.08, 0.10 | 1.01 |" in page, page
     assert "No results file yet: `fastpath-suite report --results results/` writes one." in page
 
 

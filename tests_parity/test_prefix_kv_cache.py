@@ -3,8 +3,8 @@
 Agreement = the share of final audio tokens equal to the exact run's (lossless stack, same seed: the random
 draws are the same, so every difference comes from the stale prefix). The floors are data: each sits below what
 this tiny checkpoint measured (2-core AMD EPYC, torch 2.14.1), with room for another CPU's rounding. The
-full-size figures and the timing are in the README and baselines/prefix_kv_cache.json (python -m
-harness.speed.prefix); the work it removes is counted in tests_speed/test_work_counters.py.
+full-size figures and the timing: `fastpath-suite prefix --size full` (docs/results.md when recorded) and
+baselines/prefix_kv_cache.json; the work it removes is counted in tests_speed/test_work_counters.py.
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ def test_lossless_stack(judge, real_model, stock, seeds, wer_margin):
 
 @pytest.mark.parametrize("refresh", [2, 4])
 def test_prefix_kv_cache(judge, real_model, stock, seeds, wer_margin, refresh):
-    """The approximate prefix cache decides here: its token agreement on random weights (README) says how much
+    """The approximate prefix cache decides here: its token agreement on random weights (fastpath-suite prefix) says how much
     it changes, only a real checkpoint can say whether that is audible in WER."""
     import fastpath
 

@@ -5,7 +5,7 @@ worker held at the start of chunk 1 so the count is exact) against one whole-tex
 --slow, full-size, CPU: the same-run ratio (whole-text generate's wall time / the stream's TTFA, interleaved) at
 or above the floor recorded for this machine (baselines/ratio_floors.json); TTFA and underrun samples against the
 stored per-device baseline (baselines/<device key>.json, points "stream/<point>/ttfa" and ".../underrun").
-README, "Streaming", has the figures of every point on this machine and the command.
+`fastpath-suite stream --out out/stream --results results/` measures every point (docs/results.md).
 """
 
 from __future__ import annotations

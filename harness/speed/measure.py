@@ -21,7 +21,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import fastpath
 from fastpath.gpu import synchronize
 from fastpath.instance import overridden
-from harness.speed.stability import load_average
+from harness.machine import load_average
 
 
 def timed_generate(model, seed: int | None, **kwargs) -> tuple:

@@ -13,7 +13,7 @@ finished playing is an underrun, and the listener waits for it (`playback`). Rou
 `--apply` patches the model once for the whole run (e.g. the GPU tier, whose graph captures should not be redone
 every round) and then compares `generate` with `stream` on it.
 
-writes OUT/streaming.json (machine, command, raw rounds) and OUT/streaming.md (the README table).
+writes OUT/streaming.json (machine, command, raw rounds) and OUT/streaming.md (the table).
 """
 
 from __future__ import annotations
