@@ -102,7 +102,9 @@ def gather(out_dir: Path, runs: int | None = None) -> dict:
 def record(out_dir: Path = DEFAULT_OUT, results_dir: Path = results.RESULTS_DIR, runs: int | None = None,
            command: str | None = None) -> Path:
     """Write the false-alarms results file into results_dir from the script's files in out_dir."""
-    return results.record(KIND, gather(out_dir, runs), results_dir, command=command)
+    figures = gather(out_dir, runs)
+    # the runs measured fresh clones of the ref, not this checkout (which may have moved on meanwhile)
+    return results.record(KIND, figures, results_dir, command=command, commit=figures.get("commit") or None)
 
 
 def render_results(figures: dict) -> str:

@@ -78,18 +78,21 @@ def git(*args: str) -> str:
         return ""
 
 
-def record(kind: str, figures: dict, out_dir: Path, device: str = "cpu", command: str | None = None) -> Path:
-    """Write figures as results/<kind>/<machine key>.json under out_dir; returns the path."""
+def record(kind: str, figures: dict, out_dir: Path, device: str = "cpu", command: str | None = None,
+           commit: str | None = None) -> Path:
+    """Write figures as results/<kind>/<machine key>.json under out_dir; returns the path. `commit`: the commit
+    measured when it is not this checkout's (fresh clones of a ref: clean by construction)."""
     from harness.machine import hardware_key, machine_info, summary
 
     if kind not in KINDS:
         raise ValueError(f"unknown results kind {kind!r}; known: {sorted(KINDS)}")
     info = machine_info(device)
     key = hardware_key(info)
-    dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!results", ":!docs/results.md"))
+    dirty = False if commit else bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!results",
+                                          ":!docs/results.md"))
     data = {"format": FORMAT, "version": VERSION, "kind": kind, "machine": info, "machine_key": key,
             "machine_summary": (f"{info['gpu_name']}, " if info.get("gpu_name") else "") + summary(),
-            "commit": git("rev-parse", "HEAD") or None, "dirty": dirty,
+            "commit": commit or git("rev-parse", "HEAD") or None, "dirty": dirty,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "command": command or command_line(), "figures": figures}
     path = Path(out_dir) / kind / f"{key}.json"
