@@ -376,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     unstable = [v.name for v in verdicts if v.verdict == "unstable"]
     if unstable:
-        from harness.speed.stability import MAX_SAMPLE_SPREAD, advice, load_average
+        from harness.machine import load_average
+        from harness.speed.stability import MAX_SAMPLE_SPREAD, advice
 
         print(f"UNSTABLE: {', '.join(unstable)}: a side's samples spread more than {MAX_SAMPLE_SPREAD:.0%} of their "
               f"median, so no verdict; {advice(load_average())}", file=sys.stderr)

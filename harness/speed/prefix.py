@@ -98,13 +98,10 @@ def format_table(result: dict, machine: str | None) -> str:
         agree = f"{100 * row['agreement']:.2f}%" if "agreement" in row else "100% (reference)"
         speedup = f"{row['speedup']:.2f}x"
         if "agreement" in row:
-            if len(exact) < stability.MIN_ROUNDS:
-                speedup = "unjudged"
-                notes.append(f"{row['variant']}: {len(exact)} round(s); at least {stability.MIN_ROUNDS} show whether "
-                             "the timing holds")
-            elif stability.ratio_spread(exact, row["samples"]) > stability.MAX_RATIO_SPREAD:
-                speedup = "unstable"
-                notes.append(f"{row['variant']}: {stability.advice(result.get('load'))}")
+            judged = stability.judge_rounds(exact, {row["variant"]: row["samples"]}, result.get("load"))
+            if not judged.stable:
+                speedup = "unjudged" if judged.rounds < stability.MIN_ROUNDS else "unstable"
+                notes.append(f"{row['variant']}: {judged.message}")
         lines.append(f"| {row['variant']} | {row['seconds_per_step']:.3f} | {speedup} | {agree} |")
     return "\n".join(lines + ([""] + [f"- {n}" for n in notes] if notes else []))
 
@@ -119,7 +116,7 @@ def main(argv=None) -> int:
 
     from harness import results
     from harness.progress import Progress
-    from harness.speed.stability import load_average
+    from harness.machine import load_average
 
     parser = argparse.ArgumentParser(prog="fastpath-suite prefix", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)

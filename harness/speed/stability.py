@@ -24,8 +24,6 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from harness.machine import load_average  # noqa: F401 - the rule's callers read it from here
-
 # The per-round ratios of a run may span at most 40% of their median. Chosen from a first run on a quiet 2-core
 # EPYC (per-call spread about 9% there, so a ratio's about 12%: the range of 3 normal samples stays under 3.3 sd,
 # 0.40, 95% of the time), where quiet windows spanned up to 0.39 and intermittently loaded ones at least 0.48;
@@ -65,12 +63,16 @@ def ratio_spread(base: list, other: list) -> float:
 def judge(samples: dict) -> Judgement:
     """samples: variant -> measure.Samples of one point, the first the base the others are compared with."""
     base, *others = samples.values()
-    rounds = len(base.rtf)
     loads = [x for s in samples.values() for x in getattr(s, "load", []) if x is not None]
-    load = max(loads) if loads else None
+    return judge_rounds(base.rtf, {o.name: o.rtf for o in others}, max(loads) if loads else None)
+
+
+def judge_rounds(base: list, others: dict, load: float | None = None) -> Judgement:
+    """The rule on plain per-round values: base[r] against each of others (name -> values, same rounds)."""
+    rounds = len(base)
     if rounds < 2:
         return Judgement(False, {}, load, rounds)
-    spreads = {o.name: ratio_spread(base.rtf, o.rtf) for o in others}
+    spreads = {name: ratio_spread(base, values) for name, values in others.items()}
     stable = rounds >= MIN_ROUNDS and all(s <= MAX_RATIO_SPREAD for s in spreads.values())
     return Judgement(stable, spreads, load, rounds)
 
