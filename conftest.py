@@ -22,7 +22,7 @@ MARKERS = {
     "mps": "needs an Apple MPS device",
     "slow": "full-size model, long measurement or the rest of a long grid; run with --slow or -m slow",
     "real_weights": f"needs a real OmniVoice checkpoint: --checkpoint PATH or {ENV_CHECKPOINT}=PATH",
-    "quality": "judges generated speech with an ASR model",
+    "quality": "judges generated speech: words (Whisper WER), voice (GE2E SIM), predicted MOS (DNSMOS)",
 }
 
 _OVERRIDE_NOTE = pytest.StashKey[str]()

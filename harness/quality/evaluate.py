@@ -24,7 +24,8 @@ import numpy as np
 import soundfile as sf
 
 from . import corpus, wer
-from .stats import DEFAULT_MARGIN_POINTS, Verdict, gate
+from .stats import (DEFAULT_MARGIN_POINTS, MOS_FIELDS, MOS_MARGIN, SIM_MARGIN, SIM_UNIT, Overall, Verdict, gate,
+                    score_gate)
 
 CACHE_ENV = "FASTPATH_CACHE"
 # Seeds per holdout sentence of the real-checkpoint gate, from the size rule (stats.seeds_needed) on the simulated
@@ -243,9 +244,12 @@ def write_listening_pack(
     ref_scored: wer.ScoredSet,
     cand_scored: wer.ScoredSet,
     worst: int = 10,
-    verdict: Verdict | None = None,
+    verdict=None,
+    scores: dict | None = None,
 ) -> Path:
-    """WAV pairs of the `worst` sentences by error increase (cand - ref), with an index.md to listen from."""
+    """WAV pairs of the `worst` sentences by error increase (cand - ref), with an index.md to listen from; then,
+    for every judged score in `scores` ({"SIM": (ref [N], cand [N]), ...}, higher is better), a table of the
+    `worst` clips by its drop (cand - ref, worst first) with the clips' other scores beside them."""
     out = Path(out_dir)
     if out.exists():
         shutil.rmtree(out)
@@ -266,6 +270,20 @@ def write_listening_pack(
             f"| {rank} | {r.id} | {ref_scored.errors[i]} -> {cand_scored.errors[i]} (of {ref_scored.words[i]}) "
             f"| {r.text} | {ref_hyps[i]} | {cand_hyps[i]} | [ref]({stem}_ref.wav) [cand]({stem}_cand.wav) |"
         )
+    for name, (r_s, c_s) in (scores or {}).items():
+        drop = np.asarray(c_s) - np.asarray(r_s)
+        others = [n for n in scores if n != name]
+        lines += ["", f"## Worst clips by {name} (candidate - reference, worst first)", "",
+                  f"| # | id | {name} ref -> cand | " + "".join(f"{n} ref -> cand | " for n in others) + "audio |",
+                  "|---|---|---|" + "---|" * len(others) + "---|"]
+        for rank, i in enumerate(np.argsort(drop, kind="stable")[:worst], 1):
+            r, c = ref[i], cand[i]
+            stem = f"{name.lower()}{rank:02d}_{r.id.replace('#', '_')}"
+            sf.write(out / f"{stem}_ref.wav", r.wav, r.sr)
+            sf.write(out / f"{stem}_cand.wav", c.wav, c.sr)
+            cells = "".join(f"{scores[n][0][i]:.3f} -> {scores[n][1][i]:.3f} | " for n in others)
+            lines.append(f"| {rank} | {r.id} | {r_s[i]:.3f} -> {c_s[i]:.3f} ({drop[i]:+.3f}) | {cells}"
+                         f"[ref]({stem}_ref.wav) [cand]({stem}_cand.wav) |")
     index = out / "index.md"
     index.write_text("\n".join(lines) + "\n")
     return index
@@ -309,10 +327,31 @@ def check_audio(
 
 @dataclasses.dataclass
 class Comparison:
-    verdict: Verdict
+    verdict: Verdict  # WER's
     ref: wer.ScoredSet
     cand: wer.ScoredSet
     pack: Path | None
+    overall: Overall | None = None  # every metric judged (WER, and SIM and MOS when their judges were given)
+    scores: dict = dataclasses.field(default_factory=dict)  # {"SIM": (ref [N], cand [N]), "MOS": ...}
+
+    @property
+    def passed(self) -> bool:
+        return (self.overall or self.verdict).passed
+
+
+def judged_scores(ref: Sequence[Clip], cand: Sequence[Clip], voice_judge=None, mos_judge=None,
+                  prompt: tuple | None = None) -> dict:
+    """{"SIM": (ref [N], cand [N]), "MOS-OVRL": (...), "MOS-P808": (...)} for the judges given (voice.sim_scores:
+    to the prompt's audio when cloned, auto voice otherwise; DNSMOS at a fixed level, stats.MOS_FIELDS)."""
+    from . import mos, voice
+
+    out = {}
+    if voice_judge is not None:
+        out["SIM"] = voice.sim_scores(voice_judge, ref, cand, prompt)
+    if mos_judge is not None:
+        for name, field, _ in MOS_FIELDS:
+            out[name] = (mos.mos_scores(mos_judge, ref, field), mos.mos_scores(mos_judge, cand, field))
+    return out
 
 
 def compare_sets(
@@ -323,17 +362,31 @@ def compare_sets(
     label: str = "",
     pack_dir: str | os.PathLike | None = None,
     rerun: str = "",
+    voice_judge=None,
+    mos_judge=None,
+    prompt: tuple | None = None,
+    sim_margin: float = SIM_MARGIN,
+    mos_margin: float = MOS_MARGIN,
 ) -> Comparison:
-    """Transcribe and score both sets, run the gate (margin in WER points), and write a listening pack when it
-    does not pass."""
+    """Transcribe and score both sets, run the WER gate (margin in WER points) and, with their judges, the SIM and
+    MOS gates (one verdict over all: `Comparison.overall`); write a listening pack when it does not pass."""
     ref_scored, ref_hyps = score_clips(judge, ref)
     cand_scored, cand_hyps = score_clips(judge, cand)
     verdict = gate(ref_scored, cand_scored, margin_points=margin_points, label=label, rerun=rerun)
+    scores = judged_scores(ref, cand, voice_judge, mos_judge, prompt)
+    groups = [c.group for c in ref]
+    gated = [verdict]
+    if "SIM" in scores:
+        gated.append(score_gate("SIM", SIM_UNIT, *scores["SIM"], groups, sim_margin, voice_judge.identity,
+                                label, rerun))
+    for name, _, unit in MOS_FIELDS if mos_judge is not None else ():
+        gated.append(score_gate(name, unit, *scores[name], groups, mos_margin, mos_judge.identity, label, rerun))
+    overall = Overall(tuple(gated), label) if len(gated) > 1 else None
     pack = None
-    if not verdict.passed and pack_dir is not None:
+    if not (overall or verdict).passed and pack_dir is not None:
         pack = write_listening_pack(pack_dir, ref, cand, ref_hyps, cand_hyps, ref_scored, cand_scored,
-                                    verdict=verdict)
-    return Comparison(verdict, ref_scored, cand_scored, pack)
+                                    verdict=overall or verdict, scores=scores)
+    return Comparison(verdict, ref_scored, cand_scored, pack, overall, scores)
 
 
 def gate_on_holdout(
@@ -345,8 +398,10 @@ def gate_on_holdout(
     label: str = "",
     pack_dir: str | os.PathLike | None = None,
     rerun: str = "",
+    **judges,
 ) -> Comparison:
     """The final gate: the only code path that reads the holdout sentences. Tune on "dev", decide here.
+    `judges`: compare_sets' voice_judge, mos_judge, prompt (the voice prompt's (wav, sr)) and margins.
 
     reference, candidate: (sentences, seeds) -> clips, e.g. a `generate_set` of a model in a given state (each
     builds its own, so a patch applied for the candidate cannot leak into the reference). Every sentence is
@@ -355,4 +410,4 @@ def gate_on_holdout(
     ref = reference(sentences, seeds)
     cand = candidate(sentences, seeds)
     return compare_sets(judge, ref, cand, margin_points=margin_points, label=label or "holdout", pack_dir=pack_dir,
-                        rerun=rerun)
+                        rerun=rerun, **judges)

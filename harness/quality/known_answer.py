@@ -15,6 +15,9 @@ work where they share seeds.
 
     fastpath-suite known-answer --reps 20    # the table of docs/results.md (cold: about 4000 clips to render)
 
+`--metric sim|mos|stream` runs the SIM and MOS gates' tables and the stream voice check instead
+(harness/quality/known_scores.py).
+
 `--results DIR` writes the figures (margin, seeds, repetitions, the judge's identity, the espeak-ng version and
 each row's as_dict) as a results file; `render_results` turns them into the table of docs/results.md.
 """
@@ -247,8 +250,12 @@ def markdown(rows: list[Row], margin_points: float, seeds: int, items: int, judg
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="fastpath-suite known-answer", description=__doc__.split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--metric", choices=("wer", "sim", "mos", "stream"), default="wer",
+                        help="which gate: WER (words, Whisper), SIM (voice, GE2E), MOS (DNSMOS OVRL and P808), or "
+                             "stream (the voice check at a stream's seams)")
     parser.add_argument("--reps", type=int, default=20, help="repetitions of every case (fresh seeds and damage)")
-    parser.add_argument("--seeds", type=int, default=SEEDS, help="seeds per sentence in a set")
+    parser.add_argument("--streams", type=int, default=40, help="--metric stream: streams of each kind")
+    parser.add_argument("--seeds", type=int, default=SEEDS, help="seeds per sentence in a set (every metric)")
     parser.add_argument("--margin", type=margin_points_option, default=MARGIN_POINTS,
                         help="non-inferiority margin in WER points")
     parser.add_argument("--workers", type=int, default=2, help="processes rendering and transcribing clips")
@@ -263,6 +270,10 @@ def main(argv=None) -> int:
     from .judge import load_judge
 
     progress = Progress("known-answer", quiet=args.quiet)
+    if args.metric != "wer":
+        from . import known_scores
+
+        return known_scores.main(args, progress)
     items = corpus.load_corpus("dev")
     progress.say(f"{len(CASES)} cases x {args.reps} repetitions of {len(items)} sentences x {args.seeds} seeds a set, "
                  f"margin {args.margin:g} WER points; clips not yet cached are rendered and transcribed first "

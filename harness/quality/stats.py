@@ -25,7 +25,9 @@ chance failure.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
 import math
 from typing import Sequence
 
@@ -128,6 +130,23 @@ class Bounds:
         return float(max(np.mean(self.t_star <= t_obs), stats.t.cdf(t_obs, df)))
 
 
+@functools.lru_cache(maxsize=16)
+def resample_counts(g: int, n_resamples: int, seed: int) -> np.ndarray:
+    """[B, G] how often each block is drawn in each bootstrap resample (blocks drawn with replacement by a fixed
+    seed): a function of the sizes alone, drawn once per size. A resample's sums are then matrix-vector products,
+    which the simulations (thousands of data sets of one size) need to be quick."""
+    idx = np.random.default_rng(seed).integers(g, size=(n_resamples, g))
+    counts = np.zeros((n_resamples, g))
+    np.add.at(counts, (np.arange(n_resamples)[:, None], idx), 1.0)
+    counts.setflags(write=False)
+    return counts
+
+
+def seeds_per_block(groups: Sequence[str]) -> int:
+    """The fewest clips any block has."""
+    return min(collections.Counter(groups).values())
+
+
 def studentized_bounds(errors_ref, errors_cand, words, groups: Sequence[str] | None = None, alpha: float = ALPHA,
                        n_resamples: int = BOOTSTRAP_RESAMPLES, seed: int = SEED) -> Bounds:
     """Paired bootstrap-t of corpus ΔWER over blocks, critical values never below Student's t(G-1)."""
@@ -140,11 +159,13 @@ def studentized_bounds(errors_ref, errors_cand, words, groups: Sequence[str] | N
     se = float(linearised_se(d, w, delta))
     if se == 0:  # every block moves in proportion to its words (no difference at all, typically): no spread
         return Bounds(delta, 0.0, delta, delta, 0.0, 0.0, 0.0 if delta > 0 else 1.0, g, np.zeros(1))
-    idx = np.random.default_rng(seed).integers(g, size=(n_resamples, g))
-    ds, ws = d[idx], w[idx]  # [B, G]
-    delta_star = ds.sum(-1) / ws.sum(-1)
-    se_star = linearised_se(ds, ws, delta_star)
-    se_star = np.where(se_star > 0, se_star, se)  # a resample without spread: the sample's own SE
+    counts = resample_counts(g, n_resamples, seed)  # [B, G]
+    sum_w = counts @ w  # [B]
+    delta_star = (counts @ d) / sum_w
+    # Σ (d - Δ* w)² over each resample's blocks, expanded into sums the counts give directly
+    resid2 = counts @ (d * d) - 2 * delta_star * (counts @ (d * w)) + delta_star**2 * (counts @ (w * w))
+    se_star = np.sqrt(g / (g - 1) * np.maximum(resid2, 0.0)) / sum_w
+    se_star = np.where(se_star > 1e-9 * se, se_star, se)  # a resample without spread: the sample's own SE
     t_star = (delta_star - delta) / se_star  # [B]
     student = float(stats.t.ppf(1 - alpha, g - 1))
     crit_high = max(-float(np.quantile(t_star, alpha)), student)
@@ -158,14 +179,16 @@ def studentized_bounds(errors_ref, errors_cand, words, groups: Sequence[str] | N
 def equivalent_se(errors_ref, words, groups: Sequence[str]) -> tuple[float, int] | None:
     """Pilot: the SE an equivalent re-generation of the reference run would give at this size, from the spread of
     each sentence's errors across its seeds. (SE, seeds per sentence); None when sentences have < 2 seeds."""
-    order = list(dict.fromkeys(groups))
-    by = {g: [] for g in order}
-    for g, e in zip(groups, errors_ref):
-        by[g].append(float(e))
-    seeds = min(len(v) for v in by.values())
+    order = {g: i for i, g in enumerate(dict.fromkeys(groups))}
+    index = np.fromiter((order[g] for g in groups), dtype=np.int64, count=len(groups))
+    e = np.asarray(errors_ref, dtype=np.float64)
+    n = np.bincount(index, minlength=len(order)).astype(np.float64)  # [G] seeds of each sentence
+    seeds = int(n.min())
     if seeds < 2 or len(order) < 2:
         return None
-    var_d = np.array([2 * len(by[g]) * np.var(by[g], ddof=1) for g in order])  # Var(D_g) for k seeds
+    mean = np.bincount(index, weights=e, minlength=len(order)) / n
+    var = np.bincount(index, weights=(e - mean[index]) ** 2, minlength=len(order)) / (n - 1)  # ddof=1
+    var_d = 2 * n * var  # Var(D_g) for k seeds
     total_words = float(np.sum(words))
     return float(np.sqrt(len(order) / (len(order) - 1) * var_d.sum()) / total_words), seeds
 
@@ -285,7 +308,7 @@ def gate(ref: ScoredSet, cand: ScoredSet, margin_points: float = DEFAULT_MARGIN_
     e_ref, e_cand, words, groups = paired_arrays(ref, cand)
     b = studentized_bounds(e_ref, e_cand, words, groups, alpha=alpha)
     pilot = equivalent_se(e_ref, words, groups)
-    seeds = min(list(groups).count(g) for g in dict.fromkeys(groups))
+    seeds = seeds_per_block(groups)
     if pilot is not None:
         se_eq, _ = pilot
         source = "pilot: the reference run's spread across seeds"
@@ -308,3 +331,154 @@ def gate(ref: ScoredSet, cand: ScoredSet, margin_points: float = DEFAULT_MARGIN_
         n_differing=int(np.count_nonzero(e_ref != e_cand)), judge=ref.judge, label=label,
         rerun=rerun.format(seeds=needed) if rerun else "",
     )
+
+
+# Margins of the judged scores, higher is better for both: a candidate passes iff the lower confidence bound of
+# Δ = candidate - reference is above -margin. Each value with its reason (measured on espeak-ng speech, the table
+# of `fastpath-suite known-answer --metric sim|mos`, docs/quality.md).
+SIM_MARGIN = 0.02
+SIM_MARGIN_REASON = ("GE2E cosine; on espeak-ng speech a pitch-and-formant shift of x1.02 costs 0.008 and x1.05 "
+                     "0.042 (a shift a listener starts to hear as another voice), while the same voice saying "
+                     "another sentence varies by 0.008 (sd across seeds): 0.02, about a x1.03 shift, refuses drift "
+                     "well short of another speaker and leaves an equivalent set at 60 sentences x 3 seeds ample power")
+MOS_MARGIN = 0.1  # for each of DNSMOS's OVRL and P808 (both on the 1-5 MOS scale); MOS passes when both pass
+MOS_MARGIN_REASON = ("DNSMOS points; on espeak-ng speech white noise at 20 dB SNR costs 0.3 OVRL and 0.5 P808, "
+                     "band-limiting to 4 kHz and clipping at a third of the peak cost about 0.2-0.3 P808 (OVRL does "
+                     "not hear them there), while a clip's score varies by 0.17 OVRL and 0.11 P808 across seeds: 0.1 "
+                     "refuses each of those damages and leaves an equivalent set at 60 sentences x 3 seeds ample power")
+SIM_UNIT = "GE2E cosine"
+MOS_FIELDS = (("MOS-OVRL", "ovrl", "DNSMOS P.835 OVRL"), ("MOS-P808", "p808", "DNSMOS P.808"))  # (metric, field, unit)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreVerdict:
+    """The gate's outcome on a judged score (SIM, MOS) where higher is better: pass iff the lower bound of
+    Δ = candidate - reference > -margin. Same statistic as ΔWER (sentence blocks, bootstrap-t never below
+    Student's t), in the score's own units."""
+
+    metric: str  # "SIM" | "MOS"
+    unit: str  # what the numbers are, e.g. "GE2E cosine"
+    verdict: str  # pass | fail | underpowered
+    delta: float
+    lower: float
+    upper: float
+    se: float
+    p_noninferior: float
+    p_worse: float
+    worse: bool  # the upper bound < 0: significantly worse than the reference
+    mean_ref: float
+    mean_cand: float
+    margin: float
+    n_clips: int
+    n_sentences: int
+    seeds: int
+    seeds_needed: int
+    equivalent_pass: float
+    judge: str
+    label: str = ""
+    rerun: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+    def meaning(self) -> str:
+        m = f"{self.margin:g} {self.unit}"
+        if self.verdict == "pass":
+            text = (f"shown non-inferior: not worse than the reference by {m} or more ({1 - ALPHA:.1%} lower bound "
+                    f"{self.lower:+.4f} > -margin)")
+            return text + ("; measurably worse, but by less than the margin" if self.worse else "") + "."
+        if self.verdict == "underpowered":
+            return (f"undecided, not a failure: an equivalent candidate passes about {self.equivalent_pass:.0%} at "
+                    f"this size; rerun with {self.seeds_needed} seeds per sentence.")
+        if self.upper <= -self.margin:
+            return f"shown worse than the reference by {m} or more (upper bound {self.upper:+.4f} <= -margin)."
+        return f"not shown non-inferior: worse by {m} or more is not ruled out (lower bound {self.lower:+.4f})."
+
+    def p_lines(self) -> list[str]:
+        small = lambda p: p < ALPHA
+        return [
+            f"    p for H0 \"worse by the margin or more\" (Δ{self.metric} <= {-self.margin:+g}) = "
+            f"{self.p_noninferior:.4f} (" + ("small: shown non-inferior" if small(self.p_noninferior)
+                                             else "not small: not ruled out") + ")",
+            f"    p for H0 \"no worse than the reference\" (Δ{self.metric} >= 0) = {self.p_worse:.4f} ("
+            + ("small: shown worse, by some amount" if small(self.p_worse) else "not small") + ")",
+        ]
+
+    def format(self) -> str:
+        head = self.verdict.upper() if self.verdict != "underpowered" else f"UNDERPOWERED: need {self.seeds_needed}"
+        return "\n".join([
+            f"[{head}] {self.metric} ({self.unit}), margin {self.margin:g}: {self.meaning()}",
+            f"  mean ref {self.mean_ref:.4f}  cand {self.mean_cand:.4f}  Δ{self.metric} {self.delta:+.4f}  bounds "
+            f"[{self.lower:+.4f}, {self.upper:+.4f}]  SE {self.se:.4f}"
+            + ("  SIGNIFICANTLY WORSE" if self.worse else ""),
+            *self.p_lines(),
+            f"  sentences {self.n_sentences} x seeds {self.seeds} = clips {self.n_clips}  equivalent passes "
+            f"~{self.equivalent_pass:.0%}  seeds needed for {POWER:.0%} power: {self.seeds_needed}",
+            f"  judge: {self.judge}",
+        ])
+
+
+def score_gate(metric: str, unit: str, ref_scores, cand_scores, groups: Sequence[str], margin: float, judge: str,
+               label: str = "", rerun: str = "", alpha: float = ALPHA) -> ScoreVerdict:
+    """Non-inferiority of a higher-is-better score per clip ([N] each, paired by position, `groups` the sentence
+    of each clip). The loss -score goes through `studentized_bounds` with one "word" per clip, so Δ is the mean
+    difference and every seed of a sentence stays in its block; the pilot and size rule are the WER gate's."""
+    ref = np.asarray(ref_scores, dtype=np.float64)
+    cand = np.asarray(cand_scores, dtype=np.float64)
+    if ref.shape != cand.shape or ref.ndim != 1 or len(groups) != ref.size:
+        raise ValueError(f"{metric}: {ref.shape} reference and {cand.shape} candidate scores for {len(groups)} clips")
+    if not margin > 0:
+        raise ValueError(f"{metric} margin {margin} must be > 0 ({unit})")
+    ones = np.ones_like(ref)
+    b = studentized_bounds(-ref, -cand, ones, groups, alpha=alpha)  # the loss: Δloss = -Δ
+    seeds = seeds_per_block(groups)
+    pilot = equivalent_se(-ref, ones, groups)
+    se_eq = pilot[0] if pilot is not None else b.se
+    needed = seeds_needed(se_eq, seeds, margin, b.n_blocks, alpha) if se_eq > 0 else seeds
+    lower, upper = -b.upper, -b.lower
+    if lower > -margin:
+        verdict = "pass"
+    elif needed > seeds and upper > -margin:
+        verdict = "underpowered"
+    else:
+        verdict = "fail"
+    return ScoreVerdict(
+        metric=metric, unit=unit, verdict=verdict, delta=-b.delta, lower=lower, upper=upper, se=b.se,
+        p_noninferior=b.p_noninferior(margin), p_worse=b.p_worse, worse=upper < 0, mean_ref=float(ref.mean()),
+        mean_cand=float(cand.mean()), margin=margin, n_clips=ref.size, n_sentences=b.n_blocks, seeds=seeds,
+        seeds_needed=needed, equivalent_pass=equivalent_pass_probability(se_eq, margin, b.n_blocks, alpha),
+        judge=judge, label=label, rerun=rerun.format(seeds=needed) if rerun else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class Overall:
+    """One verdict over every metric of a candidate (WER's Verdict, then ScoreVerdicts): pass only when all pass;
+    fail when any fails; otherwise underpowered, needing the most seeds any metric asks for."""
+
+    verdicts: tuple
+    label: str = ""
+
+    @property
+    def verdict(self) -> str:
+        kinds = [v.verdict for v in self.verdicts]
+        return "fail" if "fail" in kinds else "underpowered" if "underpowered" in kinds else "pass"
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+    @property
+    def seeds_needed(self) -> int:
+        return max(v.seeds_needed or 0 for v in self.verdicts if v.verdict == "underpowered") \
+            if self.verdict == "underpowered" else 0
+
+    def metric(self, v) -> str:
+        return getattr(v, "metric", "WER")
+
+    def format(self) -> str:
+        head = self.verdict.upper() if self.verdict != "underpowered" else \
+            f"UNDERPOWERED: need {self.seeds_needed} seeds per sentence"
+        summary = ", ".join(f"{self.metric(v)} {v.verdict}" for v in self.verdicts)
+        lines = [f"[{head}] {self.label or 'candidate'}: {summary} (passes only when every metric passes)"]
+        return "\n".join(lines + [v.format() for v in self.verdicts])

@@ -1,0 +1,157 @@
+"""The speaker-similarity judge: resemblyzer's GE2E speaker encoder (weights in its wheel), recorded identity.
+
+SIM of two clips is the cosine of their utterance embeddings (256 values, L2-normalised, non-negative: unrelated
+audio still scores about 0.5, white noise against speech 0.51). Not the model papers report (WavLM-ECAPA): the
+numbers are GE2E cosines, comparable only with each other. Clips are resampled to 16 kHz by scipy, then go
+through resemblyzer's own preprocessing (volume normalisation, long silences trimmed by webrtcvad).
+
+Per clip of a set (`sim_scores`):
+  * cloned voice: SIM of the clip to the voice prompt's audio (the voice it was asked for);
+  * auto voice (no prompt): the reference run's clip of the same item and seed is the voice to keep. Its second
+    half is the anchor; a clip's score is SIM(its first half, the anchor), the reference's own first half included,
+    so both sides compare the same words with the same anchor and an equivalent candidate scores what the
+    reference does (a clip against itself would score 1.0 and leave nothing to compare with).
+
+A stream keeps its voice (`seam_check`): SIM between consecutive chunks of one stream, refused below
+SEAM_FLOOR at any seam (auto voice can change between chunks; measured in `fastpath-suite known-answer --metric
+stream`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .evaluate import Clip, atomic_write, cache_dir
+from .judge import JUDGE_SR, to_judge_rate
+
+# The lowest SIM between consecutive chunks of one stream that still counts as one voice, and why: on espeak-ng
+# streams of three sentences in one voice (rate and pitch jittered per chunk), the lowest seam of 40 streams was
+# 0.843; a switch to a female voice at a seam scored at most 0.743, a switch to another male variant 0.655-0.898
+# (espeak's m1 and m3 are near one voice to GE2E: 0.85-0.90). 0.80 refuses none of the one-voice streams, every
+# switch of sex, and about four in five switches between male variants (docs/results.md, "stream-voice").
+SEAM_FLOOR = 0.80
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclasses.dataclass
+class VoiceJudge:
+    """A loaded GE2E encoder; `identity` is recorded in every result it produces and keys its cache."""
+
+    encoder: object
+    identity: str
+
+    def embed(self, wav: np.ndarray, sr: int) -> np.ndarray:
+        """[T] at sr -> [256] float32, L2-normalised (cached on disk by audio and identity)."""
+        wav16 = to_judge_rate(wav, sr)
+        key = hashlib.sha256(wav16.tobytes() + self.identity.encode()).hexdigest()[:32]
+        path = cache_dir("voice") / f"{key}.npy"
+        if path.exists():
+            return np.load(path)
+        from resemblyzer import preprocess_wav
+
+        trimmed = preprocess_wav(wav16)  # already at the encoder's 16 kHz: no resampling inside
+        if trimmed.size == 0:  # nothing voiced: embed what there is rather than fail on a silent clip
+            trimmed = wav16
+        emb = np.asarray(self.encoder.embed_utterance(trimmed), dtype=np.float32)
+        atomic_write(path, lambda tmp: np.save(open(tmp, "wb"), emb))
+        return emb
+
+    def similarity(self, a: tuple[np.ndarray, int], b: tuple[np.ndarray, int]) -> float:
+        """SIM of two (wav, sr) clips: the cosine of their embeddings."""
+        return float(np.dot(self.embed(*a), self.embed(*b)))
+
+
+def weights_path() -> Path:
+    try:
+        import resemblyzer
+    except ImportError as e:
+        raise ImportError(
+            "the speaker-similarity judge is missing: bash scripts/install.sh (pip install --no-deps "
+            "resemblyzer==0.1.4 webrtcvad-wheels librosa; resemblyzer's own webrtcvad dependency does not build)"
+        ) from e
+    path = Path(resemblyzer.__file__).parent / "pretrained.pt"
+    if not path.is_file():
+        raise FileNotFoundError(f"resemblyzer's weights {path} are missing: reinstall it (bash scripts/install.sh)")
+    return path
+
+
+def identity() -> str:
+    from harness import machine
+
+    path = weights_path()
+    return json.dumps({"judge": "resemblyzer GE2E", "resemblyzer": machine.package_version("resemblyzer"),
+                       "weights_sha256": _sha256_file(path)[:16], "input_sr": JUDGE_SR,
+                       "engine": {n: machine.package_version(n) for n in ("torch", "librosa", "webrtcvad-wheels")}},
+                      sort_keys=True)
+
+
+@functools.lru_cache(maxsize=1)
+def load_voice_judge() -> VoiceJudge:
+    """The encoder on CPU (once per process: its first embedding warms librosa up, about 3 s; on a new install
+    numba compiles librosa's kernels first, about 30 s, which scripts/install.sh does once)."""
+    ident = identity()
+    import torch
+
+    from resemblyzer import VoiceEncoder
+
+    with torch.inference_mode():
+        encoder = VoiceEncoder("cpu", verbose=False)
+    return VoiceJudge(encoder, ident)
+
+
+def halves(wav: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    mid = wav.size // 2
+    return wav[:mid], wav[mid:]
+
+
+def sim_scores(judge: VoiceJudge, ref: Sequence[Clip], cand: Sequence[Clip],
+               prompt: tuple[np.ndarray, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(SIM of every reference clip [N], of every candidate clip [N]), paired by position (module docstring: to the
+    prompt's audio when cloned, to the reference clip's second half in auto voice)."""
+    if [c.id for c in ref] != [c.id for c in cand]:
+        raise ValueError("reference and candidate clips are not paired: ids differ or are in another order")
+    if prompt is not None:
+        return (np.array([judge.similarity((c.wav, c.sr), prompt) for c in ref]),
+                np.array([judge.similarity((c.wav, c.sr), prompt) for c in cand]))
+    ref_s, cand_s = [], []
+    for r, c in zip(ref, cand):
+        anchor = (halves(r.wav)[1], r.sr)
+        ref_s.append(judge.similarity((halves(r.wav)[0], r.sr), anchor))
+        cand_s.append(judge.similarity((halves(c.wav)[0], c.sr), anchor))
+    return np.array(ref_s), np.array(cand_s)
+
+
+@dataclasses.dataclass(frozen=True)
+class SeamCheck:
+    """SIM at each seam of one stream (chunk k against chunk k+1) and the verdict against SEAM_FLOOR."""
+
+    seams: tuple[float, ...]
+    floor: float
+
+    @property
+    def passed(self) -> bool:
+        return all(s >= self.floor for s in self.seams)
+
+    def format(self) -> str:
+        cells = ", ".join(f"{s:.3f}" + ("  <- VOICE CHANGED" if s < self.floor else "") for s in self.seams)
+        return (f"[{'PASS' if self.passed else 'FAIL'}] stream keeps its voice: SIM between consecutive chunks "
+                f"(GE2E cosine, refused below {self.floor:.2f}): {cells}")
+
+
+def seam_check(judge: VoiceJudge, chunks: Sequence[np.ndarray], sr: int, floor: float = SEAM_FLOOR) -> SeamCheck:
+    """SIM between consecutive chunks of one stream ([T_k] arrays at sr); fewer than 2 chunks have no seam."""
+    return SeamCheck(tuple(judge.similarity((a, sr), (b, sr)) for a, b in zip(chunks, chunks[1:])), floor)
