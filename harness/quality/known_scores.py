@@ -246,7 +246,8 @@ def render_results(figures: dict) -> str:
     names = list(figures["rows"][0]["metrics"]) if figures["rows"] else []
     judge = ("SIM: GE2E cosine (resemblyzer), not the papers’ WavLM-ECAPA" if sim else
              "MOS: DNSMOS OVRL and P.808 (speechmos), not the papers’ UTMOS")
-    lines = [f"{judge}; margin {figures['margin']:g}; {figures['sentences']} sentences x {figures['seeds']} seeds a set; "
+    lines = [f"{judge}; margin {figures['margin']:g}; {figures['sentences']} sentences x {figures['seeds']} seeds a "
+             "set; "
              f"{figures['reps']} repetitions a row; espeak-ng {figures['espeak']}.", ""]
     for times, cal in figures.get("calibration", {}).items():
         lines.append(f"- voice shift for {float(times):g}x the margin: pitch and formants x{cal['factor']:.4f}, true "

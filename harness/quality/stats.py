@@ -337,10 +337,10 @@ def gate(ref: ScoredSet, cand: ScoredSet, margin_points: float = DEFAULT_MARGIN_
 # Δ = candidate - reference is above -margin. Each value with its reason (measured on espeak-ng speech, the table
 # of `fastpath-suite known-answer --metric sim|mos`, docs/quality.md).
 SIM_MARGIN = 0.02
-SIM_MARGIN_REASON = ("GE2E cosine; on espeak-ng speech a pitch-and-formant shift of x1.02 costs 0.008 and x1.05 "
-                     "0.042 (a shift a listener starts to hear as another voice), while the same voice saying "
-                     "another sentence varies by 0.008 (sd across seeds): 0.02, about a x1.03 shift, refuses drift "
-                     "well short of another speaker and leaves an equivalent set at 60 sentences x 3 seeds ample power")
+SIM_MARGIN_REASON = ("GE2E cosine; on espeak-ng speech a pitch-and-formant shift of x1.02 costs 0.008, x1.05 0.042 "
+                     "and espeak's m2 or m7 variant in place of m1 about 0.1, while the same voice saying another "
+                     "sentence varies by 0.008 (sd across seeds): 0.02, about a x1.03 shift, refuses drift well short "
+                     "of another speaker and leaves an equivalent set at 60 sentences x 3 seeds ample power")
 MOS_MARGIN = 0.1  # for each of DNSMOS's OVRL and P808 (both on the 1-5 MOS scale); MOS passes when both pass
 MOS_MARGIN_REASON = ("DNSMOS points; on espeak-ng speech white noise at 20 dB SNR costs 0.3 OVRL and 0.5 P808, "
                      "band-limiting to 4 kHz and clipping at a third of the peak cost about 0.2-0.3 P808 (OVRL does "
