@@ -19,15 +19,26 @@ PYTHON=${PYTHON:-python3}
 constraints=${FASTPATH_CONSTRAINTS-constraints-cpu.txt}
 cflag=(); [ -n "$constraints" ] && cflag=(-c "$constraints")
 .venv/bin/python -m pip install -q --upgrade pip
+# librosa first (under both audio judges): on its first real use it compiles its numba kernels into the venv, about
+# 30 s of one core on 2, which runs here in the background while torch unpacks (about a minute, mostly I/O), not
+# inside the first test that loads a judge. torch does not depend on numpy, so the numpy librosa brings stays.
+.venv/bin/python -m pip install -q --no-compile "${cflag[@]}" 'librosa>=0.10'
+warm=""
+if [ ! -f .venv/.librosa-compiled ]; then
+  echo "compiling librosa's numba kernels (about 30 s, while the installs below run)"
+  (.venv/bin/python -c 'import numpy as np, librosa
+librosa.power_to_db(librosa.feature.melspectrogram(y=np.zeros(4000, "float32"), sr=16000))' \
+     > .venv/librosa-compile.log 2>&1 && touch .venv/.librosa-compiled) &
+  warm=$!
+fi
 .venv/bin/python -m pip install -q --no-compile "${cflag[@]}" torch torchaudio
 .venv/bin/python -m pip install -q --no-compile "${cflag[@]}" -e '.[peers]' --group harness
 # the speaker-similarity judge without its declared dependencies (pyproject.toml, group quality, says why)
 .venv/bin/python -m pip install -q --no-compile --no-deps resemblyzer==0.1.4
-# librosa (under both audio judges) compiles its numba kernels on first import, about 30 s on 2 cores; once here,
-# into the venv's cache, rather than inside the first test that loads a judge
-if [ ! -f .venv/.librosa-compiled ]; then
-  echo "compiling librosa's numba kernels once (about 30 s)..."
-  .venv/bin/python -c "import librosa.feature, librosa.core" && touch .venv/.librosa-compiled
+if [ -n "$warm" ] && ! wait "$warm"; then
+  echo "librosa failed to compile its kernels (.venv/librosa-compile.log):" >&2
+  cat .venv/librosa-compile.log >&2
+  exit 1
 fi
 # the suite's command line: .venv/bin/fastpath-suite runs `python -m harness` with this checkout on the path (the
 # harness stays out of the wheel, so pip does not write this script)

@@ -94,6 +94,7 @@ def identity() -> str:
         digests[rel] = hashlib.sha256((root / rel).read_bytes()).hexdigest()[:16]
     return json.dumps({"judge": "DNSMOS P.835 + P.808", "speechmos": machine.package_version("speechmos"),
                        "models_sha256": digests, "level_dbfs": LEVEL_DBFS, "peak": PEAK, "one_window": True,
+                       "cpu_isa": machine.isa_tag(machine.cpu_isa()),  # the kernels, hence the last bits, follow it
                        "engine": {n: machine.package_version(n) for n in ("onnxruntime", "librosa")}}, sort_keys=True)
 
 

@@ -95,6 +95,7 @@ def identity() -> str:
     path = weights_path()
     return json.dumps({"judge": "resemblyzer GE2E", "resemblyzer": machine.package_version("resemblyzer"),
                        "weights_sha256": _sha256_file(path)[:16], "input_sr": JUDGE_SR,
+                       "cpu_isa": machine.isa_tag(machine.cpu_isa()),  # the kernels, hence the last bits, follow it
                        "engine": {n: machine.package_version(n) for n in ("torch", "librosa", "webrtcvad-wheels")}},
                       sort_keys=True)
 
