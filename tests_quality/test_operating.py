@@ -23,7 +23,7 @@ DATASETS = 400
 # set, 3 seeds), which concentration 40 reproduces.
 SIZES = [
     pytest.param(Model(HOLDOUT_SENTENCES, SEEDS, wer=0.06, concentration=8.0), stats.DEFAULT_MARGIN_POINTS,
-                 id="real-checkpoint-holdout"),
+                 id="real-checkpoint-holdout", marks=pytest.mark.slow),  # every night: 8 s of the default run's budget
     pytest.param(Model(60, known_answer.SEEDS, wer=0.16, concentration=40.0), known_answer.MARGIN_POINTS,
                  id="espeak-table"),
     pytest.param(Model(60, known_answer.FAST["seeds"], wer=0.16, concentration=40.0),

@@ -25,6 +25,7 @@ def rss_mb() -> float:
 
 
 @pytest.mark.cpu
+@pytest.mark.slow  # 18 s of a fresh clone's default run, beyond its budget: every night on the CPU speed runner
 @pytest.mark.parametrize("patches", [(), tuple(fastpath.LOSSLESS)], ids=["stock", "fastpath"])
 def test_rss_does_not_grow_over_repeated_calls(model, patches):
     kwargs = point("clone6-medium-16").generate_kwargs(model)

@@ -267,14 +267,15 @@ def render_results(figures: dict) -> str:
 # -- the stream voice check ------------------------------------------------------------------------------------
 
 def stream_chunks(items, start: int, speaker: str, seed: int, switch_to: str | None = None,
-                  at: int = 1) -> list[np.ndarray]:
-    """STREAM_CHUNKS consecutive sentences from `start`, each its own render in `speaker`'s voice, from chunk `at`
-    on in `switch_to`'s (when given). All at espeak's 22.05 kHz."""
-    out = []
+                  at: int = 1) -> tuple[list[np.ndarray], int]:
+    """(STREAM_CHUNKS consecutive sentences from `start`, each its own render in `speaker`'s voice, from chunk `at`
+    on in `switch_to`'s (when given); their sample rate)."""
+    out, sr = [], None
     for k in range(STREAM_CHUNKS):
         who = switch_to if switch_to is not None and k >= at else speaker
-        out.append(render_in_voice(items[(start + k) % len(items)], who, seed)[0])
-    return out
+        wav, sr = render_in_voice(items[(start + k) % len(items)], who, seed)
+        out.append(wav)
+    return out, sr
 
 
 # The criteria of the stream check's rows. A switch between male variants has none: GE2E hears some of espeak's
@@ -299,8 +300,8 @@ def run_stream(streams: int = 40, items=None, progress: Progress = QUIET, log=pr
             refused, lowest = 0, []
             for i in range(streams):
                 sp = SPEAKERS[i % len(SPEAKERS)]
-                chunks = stream_chunks(items, 3 * i, sp, seed=i, switch_to=other(i, sp), at=1 + i % 2)
-                check = voice.seam_check(judge, chunks, 22050 if chunks else 0, floor)
+                chunks, sr = stream_chunks(items, 3 * i, sp, seed=i, switch_to=other(i, sp), at=1 + i % 2)
+                check = voice.seam_check(judge, chunks, sr, floor)
                 refused += not check.passed
                 lowest.append(min(check.seams))
                 step(f"{name} {i + 1}/{streams}: {'refused' if not check.passed else 'passed'}")

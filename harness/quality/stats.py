@@ -21,6 +21,11 @@ margin / (c + z_power). The reference run's own seeds give the pilot: the varian
 seeds s²_g says what an equivalent re-generation's D_g varies by (2 k s²_g for k seeds), hence the SE at k seeds
 and the seeds per sentence needed (SE shrinks as 1/sqrt(k)). A run with fewer is "underpowered: need N", not a
 chance failure.
+
+SIM and MOS (`score_gate`) are judged scores per clip where higher is better: the loss -score goes through the same
+statistic with one "word" per clip (Δ the mean difference, the same blocks, bounds, p-values, pilot and size rule),
+and a candidate passes iff the lower bound of Δ = candidate - reference is above -margin (margins with their reasons
+below). `Overall` is one verdict over every metric of a candidate: it passes only when all of them pass.
 """
 
 from __future__ import annotations
@@ -356,7 +361,7 @@ class ScoreVerdict:
     Δ = candidate - reference > -margin. Same statistic as ΔWER (sentence blocks, bootstrap-t never below
     Student's t), in the score's own units."""
 
-    metric: str  # "SIM" | "MOS"
+    metric: str  # "SIM" | "MOS-OVRL" | "MOS-P808"
     unit: str  # what the numbers are, e.g. "GE2E cosine"
     verdict: str  # pass | fail | underpowered
     delta: float

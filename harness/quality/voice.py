@@ -67,7 +67,12 @@ class VoiceJudge:
         if trimmed.size == 0:  # nothing voiced: embed what there is rather than fail on a silent clip
             trimmed = wav16
         emb = np.asarray(self.encoder.embed_utterance(trimmed), dtype=np.float32)
-        atomic_write(path, lambda tmp: np.save(open(tmp, "wb"), emb))
+
+        def write(tmp):
+            with open(tmp, "wb") as f:  # a file object: np.save would add ".npy" to the temporary name
+                np.save(f, emb)
+
+        atomic_write(path, write)
         return emb
 
     def similarity(self, a: tuple[np.ndarray, int], b: tuple[np.ndarray, int]) -> float:
@@ -105,13 +110,9 @@ def load_voice_judge() -> VoiceJudge:
     """The encoder on CPU (once per process: its first embedding warms librosa up, about 3 s; on a new install
     numba compiles librosa's kernels first, about 30 s, which scripts/install.sh does once)."""
     ident = identity()
-    import torch
-
     from resemblyzer import VoiceEncoder
 
-    with torch.inference_mode():
-        encoder = VoiceEncoder("cpu", verbose=False)
-    return VoiceJudge(encoder, ident)
+    return VoiceJudge(VoiceEncoder("cpu", verbose=False), ident)
 
 
 def halves(wav: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
