@@ -1,6 +1,6 @@
 """Real-checkpoint quality: speedup configs vs stock through the three gates (GPU, real weights): WER (the words),
-SIM (the voice: GE2E cosine to the voice prompt's audio) and MOS (DNSMOS OVRL); a candidate passes only when all
-three pass.
+SIM (the voice: GE2E cosine to the voice prompt's audio) and MOS (DNSMOS OVRL and P.808); a candidate passes only
+when all three pass.
 
 Stock is 32 sampling steps with a ~10 s voice prompt. Candidates: 16, 12 and 10 steps; a ~3 s voice prompt;
 the lossless patch stack; the lossless stack + prefix_kv_cache (lossy) at refresh intervals 2 and 4; streaming
