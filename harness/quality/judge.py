@@ -68,7 +68,8 @@ def resolve_judge(name: str | None) -> Path:
         ) from e
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, read in 4 MiB blocks (weights files run to gigabytes)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
@@ -138,7 +139,7 @@ def judge_identity(path: Path, compute_type: str) -> str:
 
     return json.dumps(
         {"model": path.name if path.name != "model" else path.parent.name + "/model",
-         "model_bin_sha256": _sha256(path / "model.bin")[:16],
+         "model_bin_sha256": file_sha256(path / "model.bin")[:16],
          "compute_type": compute_type,
          "decode": DECODE,
          "decode_over_30s": DECODE_LONG,

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .evaluate import atomic_write, cache_dir
-from .judge import JUDGE_SR, to_judge_rate
+from .judge import JUDGE_SR, file_sha256, to_judge_rate
 
 LEVEL_DBFS = -25.0
 PEAK = 0.99
@@ -89,9 +89,7 @@ def identity() -> str:
     from harness import machine
 
     root = model_dir()
-    digests = {}
-    for rel in MODELS:
-        digests[rel] = hashlib.sha256((root / rel).read_bytes()).hexdigest()[:16]
+    digests = {rel: file_sha256(root / rel)[:16] for rel in MODELS}
     return json.dumps({"judge": "DNSMOS P.835 + P.808", "speechmos": machine.package_version("speechmos"),
                        "models_sha256": digests, "level_dbfs": LEVEL_DBFS, "peak": PEAK, "one_window": True,
                        "cpu_isa": machine.isa_tag(machine.cpu_isa()),  # the kernels, hence the last bits, follow it

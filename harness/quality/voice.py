@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from .evaluate import Clip, atomic_write, cache_dir
-from .judge import JUDGE_SR, to_judge_rate
+from .judge import JUDGE_SR, file_sha256, to_judge_rate
 
 # The lowest SIM between consecutive chunks of one stream that still counts as one voice, and why: on espeak-ng
 # streams of three sentences in one voice (rate and pitch jittered per chunk), the lowest seam of 40 streams was
@@ -37,14 +37,6 @@ from .judge import JUDGE_SR, to_judge_rate
 # (espeak's m1 and m3 are near one voice to GE2E: 0.85-0.90). 0.80 refuses none of the one-voice streams, every
 # switch of sex, and about four in five switches between male variants (docs/results.md, "stream-voice").
 SEAM_FLOOR = 0.80
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 @dataclasses.dataclass
@@ -99,7 +91,7 @@ def identity() -> str:
 
     path = weights_path()
     return json.dumps({"judge": "resemblyzer GE2E", "resemblyzer": machine.package_version("resemblyzer"),
-                       "weights_sha256": _sha256_file(path)[:16], "input_sr": JUDGE_SR,
+                       "weights_sha256": file_sha256(path)[:16], "input_sr": JUDGE_SR,
                        "cpu_isa": machine.isa_tag(machine.cpu_isa()),  # the kernels, hence the last bits, follow it
                        "engine": {n: machine.package_version(n) for n in ("torch", "librosa", "webrtcvad-wheels")}},
                       sort_keys=True)
