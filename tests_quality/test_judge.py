@@ -15,7 +15,7 @@ pytestmark = pytest.mark.quality
 
 def test_identity_records_model_hash_compute_type_and_decoding(judge):
     ident = json.loads(judge.identity)
-    assert ident["model_bin_sha256"] == judge_mod._sha256(judge.path / "model.bin")[:16]
+    assert ident["model_bin_sha256"] == judge_mod.file_sha256(judge.path / "model.bin")[:16]
     assert ident["compute_type"] == judge.compute_type
     d = ident["decode"]
     assert (d["language"], d["temperature"], d["condition_on_previous_text"], d["without_timestamps"],
