@@ -19,6 +19,7 @@ VERBS = {
     "bench": ("harness.speed.bench:main", "interleaved timing of variants (stock, lossless, peer, gpu...) at points"),
     "grid": ("harness.speed.bench:grid_main", "bench over every speed point: stock, the public package, lossless"),
     "compare": ("harness.speed.compare:main", "compare two speed runs or baselines point by point"),
+    "history": ("harness.speed.history:main", "nightly speed history: append a night, find changes, the page"),
     "stream": ("harness.speed.streaming:main", "streaming: time to first audio and underruns against generate"),
     "prefix": ("harness.speed.prefix:main", "the approximate prefix-KV cache: speed and how far tokens drift"),
     "stability": ("harness.speed.under_load:main", "how often the 'unstable timing' rule fires, quiet and under load"),
@@ -31,6 +32,7 @@ VERBS = {
     "gpu-check": ("scripts/gpu_check.sh", "the GPU tier in one call on a CUDA machine"),
     "full-size-parity": ("scripts/full_size_parity.py", "bit-exactness of the lossless stack at full-size points"),
     "peer-rates": ("scripts/peer_gate_rates.py", "simulated pass rates of the peer speed gate from a grid run"),
+    "record-nights": ("scripts/record_nights.sh", "repeated runs of nightly points: the noise `history rates` uses"),
     "speed-gate-check": ("scripts/validate_speed_gate.sh", "record a CPU baseline, 5 clean reruns, one slowed run"),
     "results": ("harness.results:main", "render docs/results.md from the results files (--check: verify)"),
 }

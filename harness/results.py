@@ -55,6 +55,8 @@ KINDS = {
                          "harness.quality.known_scores:render_results"),
     "stream-voice": ("A stream keeps its voice: the seam check on espeak-ng streams", "known-answer",
                      "harness.quality.known_scores:render_stream_results"),
+    "history-rates": ("Nightly history rule: operating characteristics on recorded nights", "history rates",
+                      "harness.speed.history_rates:render_results"),
     "stability": ("Unstable timings: the rule's rates", "stability", "harness.speed.under_load:render"),
     "false-alarms": ("False alarms of the default suite on fresh clones", "false-alarms",
                      "harness.false_alarms:render_results"),

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the suite needs on a fresh machine: Debian packages (espeak-ng renders the known-answer
-# speech; sox regenerates the reference clips), a virtual environment in .venv, torch/torchaudio pinned by
+# speech; sox regenerates the reference clips; chromium and chromium-driver open the nightly history's page in a
+# headless browser for its test), a virtual environment in .venv, torch/torchaudio pinned by
 # constraints-cpu.txt (override with FASTPATH_CONSTRAINTS=/path or FASTPATH_CONSTRAINTS= for none), this package
 # (editable, with the `peers` extra: the public omnivoice-fastpath 0.1.0 that the bench compares with), the
 # harness's dependency group (pyproject.toml [dependency-groups]) and the quality tier's three judges (Whisper
@@ -8,10 +9,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+apt_updated=0
 if ! command -v espeak-ng >/dev/null || ! command -v sox >/dev/null; then
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -q
+  $SUDO apt-get update -q && apt_updated=1
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q espeak-ng sox
+fi
+# Chromium (about 30 s to unpack) installs in the background while pip works below; waited for at the end.
+browser=""
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  [ "$apt_updated" = 1 ] || $SUDO apt-get update -q
+  echo "installing chromium and chromium-driver (Debian's; in the background)"
+  (DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends chromium chromium-driver \
+     > /tmp/fastpath-chromium-install.log 2>&1) &
+  browser=$!
 fi
 
 PYTHON=${PYTHON:-python3}
@@ -35,6 +46,11 @@ fi
 .venv/bin/python -m pip install -q --no-compile "${cflag[@]}" -e '.[peers]' --group harness
 # the speaker-similarity judge without its declared dependencies (pyproject.toml, group quality, says why)
 .venv/bin/python -m pip install -q --no-compile --no-deps resemblyzer==0.1.4
+if [ -n "$browser" ] && ! wait "$browser"; then
+  echo "apt-get could not install chromium chromium-driver (/tmp/fastpath-chromium-install.log):" >&2
+  cat /tmp/fastpath-chromium-install.log >&2
+  exit 1
+fi
 if [ -n "$warm" ] && ! wait "$warm"; then
   echo "librosa failed to compile its kernels (.venv/librosa-compile.log):" >&2
   cat .venv/librosa-compile.log >&2

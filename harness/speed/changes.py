@@ -1,0 +1,307 @@
+"""The history rule: which points got slower, when it began, and how sure the rule is, from many nights at once.
+
+Per (device key, point) the rule follows x = log(median of the night's samples), night by night, as it would have
+run on each night (online: night t uses nights <= t only, so re-running it over an old history gives the alarms
+that history would have raised):
+
+* **Level and noise** over the *reference*: the in-control nights of the segment since the last accepted change,
+  the latest ``WINDOW`` of them. Level mu = their median; noise sigma = their MAD (scaled to a standard deviation),
+  never below the within-night error of a median (what the night's own samples say) nor ``MIN_SIGMA``: the
+  night-to-night noise, the noise a nightly comparison lives with, not the spread of one run's samples.
+* **Two rules**, each with an effect-size floor, on z = (x - mu) / sigma:
+  - a *step*: one night with z above Student's t quantile at half the point's budget, with the degrees of freedom
+    a MAD of n nights is worth (0.37 (n - 1)), and a median at least ``STEP_FLOOR`` above the level; z is scaled
+    by the spread of a new night about a median of n nights, sigma x sqrt(1 + pi / 2n);
+  - a *CUSUM* (Page's one-sided cumulative sum, allowance ``CUSUM_K``) for small persistent steps and drift: it
+    alarms when S_t = max(0, S_{t-1} + z_t - k) passes h, h set from Siegmund's approximation of the in-control
+    run length so that its false alarms spend the other half of the budget, and the nights since S last left 0 sit
+    at least ``DRIFT_FLOOR`` above the level on average.
+* **Suite-wide control**: ``alpha`` (default 0.01: one false alarm per 100 clean nights for the whole suite) is
+  split evenly over the points (Bonferroni), then over the two rules. The budget is nominal under Gaussian noise;
+  `fastpath-suite history rates` measures what it gives on real nights (docs/results.md).
+* **When it began**: at an alarm, ruptures' Pelt (l1 cost, ``jump=1``, ``min_size=1``) on the standardised
+  segment; the change began at its last breakpoint, penalty ``PELT_PENALTY`` (calibrated by simulation, same page).
+* **After an alarm**: a slowdown stays open (and fails the night) until it is fixed (``RECOVER_NIGHTS`` nights in a
+  row back within one sigma of the old level) or accepted (``fastpath-suite history accept``: the new level becomes
+  the reference from the night it began). A speedup (the mirrored CUSUM, its excursion at least ``STEP_FLOOR`` below
+  the level) is noted and fails nothing; its nights stay in the reference, so the level follows it as the window
+  fills (taking it as the new level at once made every false speedup a new, short reference: measured, a cascade
+  of false alarms).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import optimize, stats
+
+ALPHA = 0.01  # false alarms per clean night, the whole suite
+MIN_NIGHTS = 5  # reference nights before the rule may alarm ("learning" before)
+WINDOW = 30  # the reference: the latest in-control nights of the segment
+STEP_FLOOR = 0.05  # a one-night alarm needs a median >= 5% above the level
+DRIFT_FLOOR = 0.02  # a cumulative alarm needs its excursion >= 2% above the level on average
+CUSUM_K = 0.5  # allowance, in noise units: the CUSUM is tuned to shifts of about one sigma
+MIN_SIGMA = 0.002  # the noise is never taken below 0.2% (a point with identical nights)
+RECOVER_NIGHTS = 2  # nights in a row back within one sigma of the old level that close a slowdown
+SCALE = "sd"
+PELT_PENALTY = 4.0  # Pelt's penalty on the standardised series (l1 cost), calibrated by `history rates`
+
+
+MAD_SCALE = 1.482602218505602  # MAD -> standard deviation of a normal
+MAD_EFFICIENCY = 0.37  # of the MAD against the standard deviation, normal data (asymptotic)
+
+
+@functools.lru_cache(maxsize=None)
+def cusum_threshold(arl: float, k: float = CUSUM_K) -> float:
+    """h such that a one-sided CUSUM of N(0, 1) has about ``arl`` nights between false alarms (Siegmund):
+    ARL0 = (exp(2kb) - 2kb - 1) / (2k^2), b = h + 1.166."""
+    def excess(b):
+        return (math.exp(2 * k * b) - 2 * k * b - 1) / (2 * k * k) - arl
+
+    return optimize.brentq(excess, 1e-6, 200.0) - 1.166
+
+
+@functools.lru_cache(maxsize=None)
+def step_threshold(budget: float, nights: int, efficiency: float = 1.0) -> float:
+    """z above which one night alarms: Student's t at 1 - budget with the degrees of freedom the noise estimate of
+    ``nights`` values is worth (the estimator's efficiency against the standard deviation times nights - 1)."""
+    return float(stats.t.isf(budget, max(efficiency * (nights - 1), 1.0)))
+
+
+def predictive(sigma: float, nights: int) -> float:
+    """The spread of a new night about a level that is the median of ``nights`` nights: the night's own noise and
+    the level's (the variance of a median is pi/2 x sigma^2 / n)."""
+    return sigma * math.sqrt(1.0 + math.pi / 2 / nights)
+
+
+def within_night_sigma(samples) -> float:
+    """Standard error of log(median) of one night's samples: 1.2533 x (IQR / 1.349) / median / sqrt(n)."""
+    samples = np.asarray(samples, dtype=float)
+    if samples.size < 2:
+        return 0.0
+    q1, med, q3 = np.percentile(samples, [25, 50, 75])
+    return float(1.2533 * (q3 - q1) / 1.349 / med / math.sqrt(samples.size))
+
+
+@dataclass
+class Event:
+    """A change the rule found on one point. Night positions index the point's own series."""
+
+    kind: str  # "slower" or "faster"
+    rule: str  # "step" or "cusum"
+    began: int  # first night of the new level (Pelt's last breakpoint)
+    alarmed: int  # the night the rule fired
+    change: float  # median of the nights began..alarmed over the level, less 1 (0.08: 8% slower)
+    z: float  # the alarm night's z
+    level: float  # the level before (exp(mu)), in the metric's unit
+    status: str = "open"  # "open", "accepted", "recovered" (slower) or "noted" (faster)
+    closed: int | None = None  # the night it was accepted or recovered
+
+
+@dataclass
+class Trace:
+    """The rule's view of one point: per night the level and noise in force (None while learning), and its events."""
+
+    level: list = field(default_factory=list)  # mu per night (log), None while learning
+    sigma: list = field(default_factory=list)
+    status: list = field(default_factory=list)  # "learning", "ok", "alarm", "open" (a slowdown still open), ...
+    events: list = field(default_factory=list)
+
+    @property
+    def open(self) -> list:
+        return [e for e in self.events if e.kind == "slower" and e.status == "open"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The rule's settings; ``points`` is how many points share the suite-wide budget ``alpha``."""
+
+    points: int = 1
+    alpha: float = ALPHA
+    min_nights: int = MIN_NIGHTS
+    window: int = WINDOW
+    step_floor: float = STEP_FLOOR
+    drift_floor: float = DRIFT_FLOOR
+    k: float = CUSUM_K
+    penalty: float = PELT_PENALTY
+    scale: str = SCALE  # the noise estimate: "sd" (standard deviation) or "mad"
+
+    @property
+    def budget(self) -> float:
+        """False alarms per night for one rule on one point."""
+        return self.alpha / self.points / 2
+
+    @property
+    def h(self) -> float:
+        return cusum_threshold(1.0 / self.budget, self.k)
+
+
+def locate(x: np.ndarray, start: int, end: int, mu: float, sigma: float, penalty: float) -> int | None:
+    """The night (index into x) the newest level began, from Pelt over x[start:end + 1] standardised; None when Pelt
+    finds no breakpoint."""
+    import ruptures
+
+    y = ((x[start:end + 1] - mu) / sigma).reshape(-1, 1)
+    if len(y) < 2:
+        return None
+    breaks = ruptures.Pelt(model="l1", min_size=1, jump=1).fit(y).predict(pen=penalty)[:-1]
+    return start + breaks[-1] if breaks else None
+
+
+def scan(x, within=None, rule: Rule = Rule(), accepted=frozenset()) -> Trace:
+    """Run the rule over one point's nights.
+
+    Args:
+        x: log medians, one per night, in night order.
+        within: each night's within-night error of the log median (``within_night_sigma``), or None.
+        rule: the settings.
+        accepted: night positions at which a slowdown that began there is accepted.
+    """
+    x = np.asarray(x, dtype=float)
+    within = np.zeros_like(x) if within is None else np.asarray(within, dtype=float)
+    xs, ws = x.tolist(), within.tolist()
+    xs_array = x
+    use_sd = rule.scale == "sd"
+    efficiency = 1.0 if use_sd else MAD_EFFICIENCY
+    h = rule.h
+    floor_step, floor_drift = math.log1p(rule.step_floor), math.log1p(rule.drift_floor)
+    trace = Trace()
+    ref: list = []  # positions of the reference nights
+    seg = 0  # first night of the segment
+    up = down = 0.0  # the CUSUMs
+    up_start = down_start = 0
+    current: Event | None = None
+    calm = 0  # nights in a row back near the old level, while a slowdown is open
+    for t in range(len(x)):
+        if len(ref) < rule.min_nights:
+            ref.append(t)
+            trace.level.append(None), trace.sigma.append(None), trace.status.append("learning")
+            continue
+        recent = ref[-rule.window:]
+        window = [xs[r] for r in recent]  # lists, not arrays: statistics.median of <= 30 values is ~10x numpy's
+        mu = statistics.median(window)
+        spread = (statistics.stdev(window) if use_sd else
+                  MAD_SCALE * statistics.median([abs(v - mu) for v in window]))
+        sigma = max(spread, statistics.median([ws[r] for r in recent]), MIN_SIGMA)
+        trace.level.append(mu), trace.sigma.append(sigma)
+        z = (xs[t] - mu) / predictive(sigma, len(window))
+        if current is not None:  # a slowdown is open: fixed, accepted, or still there
+            calm = calm + 1 if z < 1.0 else 0
+            if current.began in accepted:
+                current.status, current.closed = "accepted", t
+                seg = current.began
+                ref = list(range(seg, t + 1))
+                current, up, down = None, 0.0, 0.0
+                trace.status.append("ok")
+            elif calm >= RECOVER_NIGHTS:
+                current.status, current.closed = "recovered", t
+                current, up, down = None, 0.0, 0.0
+                ref.append(t)
+                trace.status.append("ok")
+            else:
+                trace.status.append("open")
+            continue
+        if up == 0.0:
+            up_start = t
+        if down == 0.0:
+            down_start = t
+        up = max(0.0, up + z - rule.k)
+        down = max(0.0, down - z - rule.k)
+        limit = step_threshold(rule.budget, len(window), efficiency)
+        excess = xs[t] - mu
+        fired = None
+        if z > limit and excess > floor_step:
+            fired = ("slower", "step", t)
+        elif up > h and statistics.fmean(xs[up_start:t + 1]) - mu > floor_drift:
+            fired = ("slower", "cusum", up_start)
+        elif down > h and mu - statistics.fmean(xs[down_start:t + 1]) > floor_step:
+            fired = ("faster", "cusum", down_start)
+        if fired is None:
+            ref.append(t)
+            trace.status.append("ok")
+            continue
+        kind, which, fallback = fired
+        start = max(seg, ref[-rule.window]) if len(ref) >= rule.window else seg
+        began = locate(xs_array, start, t, mu, sigma, rule.penalty)
+        if began is None or began > t:
+            began = fallback
+        if kind == "faster":  # noted, fails nothing; its nights stay in the reference, so the level follows it
+            trace.events.append(Event(kind=kind, rule=which, began=began, alarmed=t, status="noted", closed=t,
+                                      change=math.expm1(statistics.median(xs[began:t + 1]) - mu), z=float(z),
+                                      level=math.exp(mu)))
+            ref.append(t)
+            down = 0.0
+            trace.status.append("ok")
+            continue
+        change = math.expm1(statistics.median(xs[began:t + 1]) - mu)
+        event = Event(kind=kind, rule=which, began=began, alarmed=t, change=change, z=float(z),
+                      level=float(math.exp(mu)))
+        trace.events.append(event)
+        ref = [r for r in ref if r < began]
+        up = down = 0.0
+        if began in accepted:
+            event.status, event.closed = "accepted", t
+            seg = began
+            ref = list(range(began, t + 1))
+            trace.status.append("ok")
+        else:
+            current, calm = event, 0
+            trace.status.append("alarm")
+    return trace
+
+
+@dataclass
+class PointReport:
+    """The rule's findings on one point of a history, with the nights it ran on."""
+
+    point: str
+    metric: str
+    nights: list  # the history's nights that measured the point, in order
+    x: np.ndarray
+    trace: Trace
+    tonight: bool  # measured on the history's latest night
+
+    @property
+    def status(self) -> str:
+        """"alarm" (a slowdown open), "learning", "faster" (a speedup noted tonight), "ok", or "missing" tonight."""
+        if self.trace.open:
+            return "alarm"
+        if not self.tonight:
+            return "missing"
+        last = self.trace.status[-1]
+        if last == "learning":
+            return "learning"
+        if self.trace.events and self.trace.events[-1].alarmed == len(self.x) - 1:
+            return self.trace.events[-1].kind if self.trace.events[-1].kind == "faster" else "ok"
+        return "ok"
+
+
+def unjudged(history) -> list:
+    """Points whose metric is a wait that may be 0 (baselines.NON_NEGATIVE: no log, no ratio); `compare` judges
+    those against a baseline."""
+    from harness.speed.baselines import NON_NEGATIVE
+
+    return [p for p in history.point_names
+            if any(n.points.get(p, {}).get("metric") in NON_NEGATIVE for n in history.nights)]
+
+
+def check_history(history, alpha: float = ALPHA) -> list:
+    """PointReport for every point of a history (but the `unjudged` ones), the budget split over its points."""
+    skip = set(unjudged(history))
+    names = [p for p in history.point_names if p not in skip]
+    rule = Rule(points=max(len(names), 1), alpha=alpha)
+    latest = history.nights[-1].id if history.nights else None
+    reports = []
+    for name in names:
+        nights, x = history.series(name)
+        within = [within_night_sigma(n.points[name]["samples"]) for n in nights]
+        position = {n.id: i for i, n in enumerate(nights)}
+        accepted = frozenset(position[a["night"]] for a in history.accepted
+                             if a["point"] == name and a["night"] in position)
+        reports.append(PointReport(point=name, metric=nights[0].points[name]["metric"], nights=nights, x=x,
+                                   trace=scan(x, within, rule, accepted), tonight=nights[-1].id == latest))
+    return reports

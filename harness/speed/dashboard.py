@@ -1,0 +1,204 @@
+"""What the history rule found, for people: the markdown summary a workflow shows, and one static HTML page.
+
+The page is a single file with everything inline (SVG plots, a few lines of script, no server, nothing fetched),
+so it opens from a CI artifact: the current alarms on top, then one trend plot per (device, point): the nightly
+medians, the level and the night-to-night band (level x exp(+-2 sigma)) the rule judged each night by, the nights a
+change began marked with their commits, and the machine and versions the history was measured with.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+from harness.speed.changes import PointReport
+
+WIDTH, HEIGHT, PAD = 760, 220, 48
+
+
+def short(commit: str | None) -> str:
+    return (commit or "unknown")[:10]
+
+
+def accept_command(history_path, report: PointReport, event) -> str:
+    night = report.nights[event.began]
+    return (f"fastpath-suite history accept {history_path} {report.point} --night {night.id} "
+            "--reason \"...\"")
+
+
+def began_text(report: PointReport, event) -> str:
+    """"night 2026-12-03 (commit abc, after def)": where a change began and the commit range to look in."""
+    night = report.nights[event.began]
+    before = report.nights[event.began - 1].commit if event.began > 0 else None
+    after = f", after {short(before)}" if before and before != night.commit else ""
+    return f"{night.date[:10]} (commit {short(night.commit)}{after})"
+
+
+def event_line(report: PointReport, event) -> str:
+    return (f"{abs(event.change) * 100:.1f}% {event.kind} since {began_text(report, event)}, found "
+            f"{report.nights[event.alarmed].date[:10]} by the {event.rule} rule (z = {event.z:.1f})")
+
+
+def summary_markdown(history, reports: list) -> str:
+    """The workflow's step summary: alarms first, then one row per point, then the changes found before."""
+    nights = history.nights
+    alarms = [(r, e) for r in reports for e in r.trace.open]
+    lines = [f"## Speed history: {history.device_key}", "",
+             f"{len(nights)} nights, {nights[0].date[:10]} to {nights[-1].date[:10]}; tonight: commit "
+             f"{short(nights[-1].commit)}. Rule: docs/history.md.", ""]
+    if alarms:
+        lines += [f"### {len(alarms)} slowdown(s): this night fails", ""]
+        for r, e in alarms:
+            lines += [f"- **{r.point}**: {event_line(r, e)}. Fix it, or accept it: "
+                      f"`{accept_command(history.path, r, e)}`"]
+        lines.append("")
+    else:
+        lines += ["### No slowdown open", ""]
+    lines += ["| point | tonight (median) | level | tonight over the level | night-to-night noise | tonight over "
+              "last night | status |", "|---|---|---|---|---|---|---|"]
+    for r in reports:
+        level, sigma = r.trace.level[-1], r.trace.sigma[-1]
+        last = math.exp(r.x[-1])
+        over = f"{math.expm1(r.x[-1] - level) * 100:+.1f}%" if level is not None else "-"
+        prev = f"{math.expm1(r.x[-1] - r.x[-2]) * 100:+.1f}%" if len(r.x) > 1 else "-"
+        noise = f"{sigma * 100:.1f}%" if sigma is not None else "-"
+        status = {"learning": f"learning ({len(r.x)} nights)", "missing": "NOT MEASURED tonight",
+                  "alarm": "**SLOWER**"}.get(r.status, r.status)
+        lines.append(f"| {r.point} | {last:.4g} {r.metric} | {math.exp(level):.4g} | {over} | {noise} | {prev} | "
+                     f"{status} |" if level is not None else
+                     f"| {r.point} | {last:.4g} {r.metric} | - | - | - | {prev} | {status} |")
+    past = [(r, e) for r in reports for e in r.trace.events if e.status != "open"]
+    if past:
+        lines += ["", "### Changes found before", ""]
+        lines += [f"- {r.point}: {event_line(r, e)}; {e.status}" for r, e in past]
+    from harness.speed.changes import unjudged
+
+    waits = unjudged(history)
+    if waits:
+        lines += ["", f"Not judged by the history rule: {', '.join(waits)} (waits that may be 0; "
+                  "`fastpath-suite compare` judges them against the stored baseline)."]
+    missing = [r.point for r in reports if r.status == "missing"]
+    if missing:
+        lines += ["", f"Not measured tonight: {', '.join(missing)} (no verdict for them; a point the nightly no "
+                  "longer runs can stay in the history)."]
+    return "\n".join(lines) + "\n"
+
+
+def plot_svg(report: PointReport) -> str:
+    """One trend plot: medians, the band the rule judged by, change nights marked with their commits."""
+    n = len(report.x)
+    values = [math.exp(v) for v in report.x]
+    band = [(i, math.exp(mu - 2 * s), math.exp(mu + 2 * s)) for i, (mu, s) in
+            enumerate(zip(report.trace.level, report.trace.sigma)) if mu is not None]
+    low = min(values + [b[1] for b in band])
+    high = max(values + [b[2] for b in band])
+    span = (high - low) or high * 0.05 or 1.0
+    low, high = low - 0.08 * span, high + 0.08 * span
+
+    def px(i):
+        return PAD + (WIDTH - 2 * PAD) * (i / (n - 1) if n > 1 else 0.5)
+
+    def py(v):
+        return HEIGHT - PAD / 2 - (HEIGHT - PAD) * (v - low) / (high - low)
+
+    out = [f'<svg class="trend" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img" '
+           f'aria-label="{html.escape(report.point)} over {n} nights">',
+           f'<line x1="{PAD}" y1="{HEIGHT - PAD / 2}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD / 2}" class="axis"/>']
+    for v in (low + 0.08 * span, high - 0.08 * span):
+        out.append(f'<text x="{PAD - 4}" y="{py(v) + 4:.1f}" class="tick" text-anchor="end">{v:.3g}</text>')
+    for i in sorted({0, n - 1}):
+        out.append(f'<text x="{px(i):.1f}" y="{HEIGHT - 6}" class="tick" text-anchor="middle">'
+                   f'{html.escape(report.nights[i].date[:10])}</text>')
+    if band:
+        top = " ".join(f"{px(i):.1f},{py(h):.1f}" for i, _, h in band)
+        bottom = " ".join(f"{px(i):.1f},{py(lo):.1f}" for i, lo, _ in reversed(band))
+        out.append(f'<polygon class="band" points="{top} {bottom}"><title>level x exp(+-2 sigma): the '
+                   'night-to-night band</title></polygon>')
+        out.append('<polyline class="level" points="' + " ".join(
+            f"{px(i):.1f},{py(math.exp(mu)):.1f}" for i, mu in enumerate(report.trace.level) if mu is not None)
+            + '"/>')
+    for e in report.trace.events:
+        x = px(e.began)
+        commit = short(report.nights[e.began].commit)[:7]
+        out.append(f'<line class="change {e.kind}" x1="{x:.1f}" y1="{PAD / 2}" x2="{x:.1f}" '
+                   f'y2="{HEIGHT - PAD / 2}"><title>{html.escape(event_line(report, e))}</title></line>')
+        out.append(f'<text class="change-label" x="{x + 3:.1f}" y="{PAD / 2 + 10}">{html.escape(commit)}</text>')
+    opened = {i for e in report.trace.events if e.kind == "slower"
+              for i in range(e.began, (e.closed if e.closed is not None else n - 1) + 1)}
+    out.append('<polyline class="series" points="' + " ".join(f"{px(i):.1f},{py(v):.1f}"
+                                                             for i, v in enumerate(values)) + '"/>')
+    for i, (v, night) in enumerate(zip(values, report.nights)):
+        cls = "night slow" if i in opened else "night"
+        samples = night.points[report.point]["samples"]
+        out.append(f'<circle class="{cls}" cx="{px(i):.1f}" cy="{py(v):.1f}" r="3"><title>'
+                   f'{html.escape(night.date)} commit {html.escape(short(night.commit))}: median {v:.4g} '
+                   f'{html.escape(report.metric)} of {len(samples)} samples</title></circle>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+STYLE = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em auto; max-width: 800px; color: #222; }
+.alarm { background: #fde8e8; border-left: 4px solid #c00; padding: .4em .8em; margin: .4em 0; }
+.ok { background: #e8f6ea; border-left: 4px solid #2a7; padding: .4em .8em; }
+section.point { border-top: 1px solid #ddd; margin-top: 1em; }
+section.point.has-alarm h2 { color: #c00; }
+.trend .axis { stroke: #888; } .trend .tick { font-size: 11px; fill: #555; }
+.trend .band { fill: #2a7; opacity: .15; } .trend .level { fill: none; stroke: #2a7; stroke-dasharray: 4 3; }
+.trend .series { fill: none; stroke: #36c; stroke-width: 1.5; } .trend .night { fill: #36c; }
+.trend .night.slow { fill: #c00; } .trend .change { stroke: #c00; stroke-dasharray: 3 3; }
+.trend .change.faster { stroke: #2a7; } .trend .change-label { font-size: 11px; fill: #c00; }
+table { border-collapse: collapse; } td, th { padding: .15em .6em; border-bottom: 1px solid #eee; text-align: left; }
+"""
+
+SCRIPT = """
+document.getElementById("only-alarms").addEventListener("change", function (event) {
+  document.querySelectorAll("section.point").forEach(function (section) {
+    section.hidden = event.target.checked && !section.classList.contains("has-alarm");
+  });
+});
+"""
+
+
+def page_html(history, reports: list) -> str:
+    """The dashboard: one self-contained HTML file."""
+    nights = history.nights
+    machine = nights[-1].machine
+    versions = machine.get("versions") or {}
+    alarms = [(r, e) for r in reports for e in r.trace.open]
+    esc = html.escape
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           f"<title>Speed history: {esc(history.device_key)}</title>", f"<style>{STYLE}</style></head><body>",
+           f"<h1>Speed history</h1><p><code>{esc(history.device_key)}</code>: {len(nights)} nights, "
+           f"{esc(nights[0].date[:10])} to {esc(nights[-1].date[:10])}, tonight commit "
+           f"<code>{esc(short(nights[-1].commit))}</code>.</p>",
+           '<div id="alarms">']
+    if alarms:
+        for r, e in alarms:
+            out.append(f'<div class="alarm" data-point="{esc(r.point)}"><b>{esc(r.point)}</b>: '
+                       f'{esc(event_line(r, e))}. Accept with <code>{esc(accept_command(history.path, r, e))}</code>'
+                       "</div>")
+    else:
+        out.append('<div class="ok">No slowdown open.</div>')
+    out.append("</div>")
+    cpu = machine.get("gpu_name") or machine.get("cpu_model") or "?"
+    isa = (machine.get("isa") or {}).get("capability")
+    out.append("<p>Machine: " + esc(f"{cpu}" + (f" ({isa})" if isa else "")
+                                     + f", {machine.get('usable_cpus', '?')} usable CPUs, "
+                                     f"{machine.get('torch_threads', '?')} torch threads, {machine.get('platform', '')}")
+               + ". Versions: " + esc(", ".join(f"{k} {v}" for k, v in versions.items())) + ".</p>")
+    out.append('<p><label><input type="checkbox" id="only-alarms"> only points with a slowdown open</label></p>')
+    for r in reports:
+        cls = "point has-alarm" if r.trace.open else "point"
+        sigma = r.trace.sigma[-1]
+        noise = f"night-to-night noise {sigma * 100:.1f}%" if sigma is not None else "learning the noise"
+        out.append(f'<section class="{cls}" data-point="{esc(r.point)}"><h2>{esc(r.point)}</h2>'
+                   f"<p>{esc(r.metric)}, median per night; {esc(noise)}; status {esc(r.status)}.</p>")
+        out.append(plot_svg(r))
+        past = [e for e in r.trace.events]
+        if past:
+            out.append("<ul>" + "".join(f"<li>{esc(event_line(r, e))}: {esc(e.status)}</li>" for e in past)
+                       + "</ul>")
+        out.append("</section>")
+    out.append(f"<script>{SCRIPT}</script></body></html>")
+    return "\n".join(out) + "\n"

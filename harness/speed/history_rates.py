@@ -1,0 +1,333 @@
+"""The history rule's operating characteristics on this project's own noise: `fastpath-suite history rates`.
+
+Clean nights are drawn from a *recorded* history (repeated runs of nightly points on one machine, some with a core
+kept busy: scripts/record_nights.sh): a circular block bootstrap over the recorded runs (blocks of ``BLOCK`` runs,
+the same run for every point of a night, so a busy night slows all points at once, as it does), and within a run
+``samples`` of its samples drawn with replacement (3, 5, 9: what a night pays for). Changes are injected as a
+factor on every sample of one point from the change night on: a step (x (1 + d)) or a drift (x (1 + r x nights)).
+Every history starts with ``ESTABLISHED`` clean nights, as a history in use has.
+
+Measured, for the whole suite of recorded points (the rule's budget split over them):
+  - false alarms per 100 clean nights (nights on which any point raised a slowdown: the nightly would fail; goal
+    <= 1), the nights that fail (an alarm stays open until it recovers), and speedups noted, which fail nothing;
+  - a 10% step caught on its first night (goal >= 95%), a 5% step within 3 nights (goal >= 90%), a drift of 1% a
+    night before it reaches 5% (goal >= 90%), the change night named exactly (goal >= 80%);
+  - detection against the step size and against the samples per night; the change night named against Pelt's
+    penalty (its calibration).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from harness import REPO_ROOT
+from harness.speed import changes
+
+# the recorded nights the docs' table is measured on (scripts/record_nights.sh wrote it)
+RECORDED = REPO_ROOT / "fixtures" / "nights" / "cpu-amd-epyc-avx2-2c-2t.json"
+
+BLOCK = 3  # recorded runs per bootstrap block
+ESTABLISHED = 20  # clean nights every simulated history starts with
+CLEAN_NIGHTS = 100
+GOALS = {  # name -> (goal, "at most" or "at least")
+    "false_alarms_per_100": (1.0, "at most"),
+    "step10_first_night": (0.95, "at least"),
+    "step5_within_3": (0.90, "at least"),
+    "drift1_before_5pct": (0.90, "at least"),
+    "named_exactly": (0.80, "at least"),
+}
+STEPS = (0.02, 0.03, 0.05, 0.07, 0.10, 0.15)
+SAMPLES = (3, 5, 9)
+PENALTIES = (1.0, 2.0, 4.0, 8.0, 16.0)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """Per recorded run and point, the raw samples: samples[run][point] (equal counts per point)."""
+
+    points: tuple
+    samples: np.ndarray  # [runs, points, samples per run]
+    busy: tuple  # per run: was a core kept busy
+
+    @property
+    def runs(self) -> int:
+        return self.samples.shape[0]
+
+
+def recorded_from(history) -> Recorded:
+    """The runs of a recorded history with the points every run measured, each cut to the fewest samples any run
+    of it has."""
+    points = [p for p in history.point_names if all(p in n.points for n in history.nights)]
+    if len(history.nights) < 2 * BLOCK or not points:
+        raise changes_error(history)
+    k = min(len(n.points[p]["samples"]) for n in history.nights for p in points)
+    data = np.array([[n.points[p]["samples"][:k] for p in points] for n in history.nights], dtype=float)
+    busy = tuple("busy-core" in n.labels for n in history.nights)
+    return Recorded(points=tuple(points), samples=data, busy=busy)
+
+
+def changes_error(history):
+    from harness.speed.history import HistoryError
+
+    return HistoryError(f"{history.path}: {len(history.nights)} nights with points measured on all of them; the "
+                        f"simulation needs at least {2 * BLOCK} (record at least 20: scripts/record_nights.sh)")
+
+
+def clean_nights(rng, rec: Recorded, nights: int, samples: int, histories: int) -> tuple:
+    """(x, within) of shape [histories, points, nights]: log medians and within-night errors of simulated clean
+    nights (circular block bootstrap over the recorded runs, ``samples`` resampled per night)."""
+    blocks = math.ceil(nights / BLOCK)
+    starts = rng.integers(0, rec.runs, size=(histories, blocks))
+    runs = ((starts[:, :, None] + np.arange(BLOCK)) % rec.runs).reshape(histories, -1)[:, :nights]
+    pick = rng.integers(0, rec.samples.shape[2], size=(histories, nights, len(rec.points), samples))
+    # drawn[h, t, p, s] = rec.samples[runs[h, t], p, pick[h, t, p, s]]
+    drawn = rec.samples[runs[:, :, None, None], np.arange(len(rec.points))[None, None, :, None], pick]
+    med = np.median(drawn, axis=-1)
+    q1, q3 = np.percentile(drawn, [25, 75], axis=-1)
+    within = 1.2533 * (q3 - q1) / 1.349 / med / math.sqrt(samples) if samples > 1 else np.zeros_like(med)
+    return np.log(med).transpose(0, 2, 1), within.transpose(0, 2, 1)
+
+
+def first_alarm(trace, start: int):
+    """The first slowdown the rule raised at or after night ``start``, or None."""
+    return next((e for e in trace.events if e.kind == "slower" and e.alarmed >= start), None)
+
+
+def false_alarms(rng, rec: Recorded, rule: changes.Rule, samples: int, histories: int) -> dict:
+    """On clean nights after ESTABLISHED, per 100 nights of the whole suite: nights on which any point raised a
+    slowdown (a false alarm: the nightly would fail), nights that fail (an alarm stays open until it recovers),
+    slowdowns raised summed over points, and speedups noted (they fail nothing)."""
+    x, within = clean_nights(rng, rec, ESTABLISHED + CLEAN_NIGHTS, samples, histories)
+    alarm_nights = failing = raised = faster = 0
+    for h in range(histories):
+        alarmed, open_nights = set(), set()
+        for p in range(len(rec.points)):
+            trace = changes.scan(x[h, p], within[h, p], rule)
+            for e in trace.events:
+                if e.alarmed >= ESTABLISHED:
+                    raised += e.kind == "slower"
+                    faster += e.kind == "faster"
+                    if e.kind == "slower":
+                        alarmed.add(e.alarmed)
+            open_nights.update(t for t, s in enumerate(trace.status) if t >= ESTABLISHED and s in ("alarm", "open"))
+        alarm_nights += len(alarmed)
+        failing += len(open_nights)
+    scale = 100.0 / (histories * CLEAN_NIGHTS)
+    return {"false_alarms_per_100": alarm_nights * scale, "failing_nights_per_100": failing * scale,
+            "point_alarms_per_100": raised * scale, "speedups_per_100": faster * scale, "histories": histories}
+
+
+def injected(rng, rec: Recorded, rule: changes.Rule, samples: int, histories: int, *, step: float = 0.0,
+             drift: float = 0.0, after: int = 3) -> dict:
+    """Detection of one change on one point (each point in turn) at night ESTABLISHED: the share caught on the
+    first night, within ``after`` nights, and named exactly among those caught within ``after``. For a drift,
+    "before" counts the nights before the factor reaches 5%."""
+    c = ESTABLISHED
+    nights = c + max(after, 6)
+    x, within = clean_nights(rng, rec, nights, samples, histories)
+    ramp = np.zeros(nights)
+    if step:
+        ramp[c:] = math.log1p(step)
+    if drift:
+        ramp[c:] = np.log1p(drift * np.arange(1, nights - c + 1))
+    before = int(np.sum(np.expm1(ramp[c:]) < 0.05 - 1e-12)) if drift else None
+    first = within_after = named = within_before = 0
+    for h in range(histories):
+        p = h % len(rec.points)
+        trace = changes.scan(x[h, p] + ramp, within[h, p], rule)
+        e = first_alarm(trace, 0)
+        if e is None or e.alarmed < c:  # a false alarm before the change leaves the point already failing
+            continue
+        first += e.alarmed == c
+        if e.alarmed < c + after:
+            within_after += 1
+            named += e.began == c
+        if before is not None and e.alarmed < c + before:
+            within_before += 1
+    out = {"first_night": first / histories, f"within_{after}": within_after / histories,
+           "named_exactly": named / within_after if within_after else None, "caught": within_after,
+           "histories": histories}
+    if before is not None:
+        out["before_5pct"] = within_before / histories
+    return out
+
+
+def measure(rec: Recorded, histories: int = 400, seed: int = 0, progress=None, penalties=PENALTIES) -> dict:
+    """Every figure of the table, with the rule's defaults for this suite's number of points. ``progress``: a
+    harness.progress.Progress (one unit per row)."""
+    from contextlib import nullcontext
+
+    rng = np.random.default_rng(seed)
+    rule = changes.Rule(points=len(rec.points))
+    fig: dict = {"points": list(rec.points), "runs": rec.runs, "busy_runs": int(sum(rec.busy)),
+                 "samples_recorded": int(rec.samples.shape[2]), "histories": histories, "seed": seed,
+                 "rule": {k: getattr(rule, k) for k in ("points", "alpha", "min_nights", "window", "step_floor",
+                                                        "drift_floor", "k", "penalty")} | {"h": rule.h},
+                 "block": BLOCK, "established": ESTABLISHED, "clean_nights": CLEAN_NIGHTS,
+                 "noise": noise_figures(rec), "clean": {}, "steps": {}, "by_samples": {"3": {}, "5": {}},
+                 "penalty": {}}
+    rows = ([("clean", k) for k in SAMPLES] + [("step", s) for s in STEPS] + [("drift", None)]
+            + [("samples", (k, s)) for k in (3, 5) for s in (0.05, 0.10)] + [("penalty", p) for p in penalties])
+    with (progress.stage("rows", total=len(rows)) if progress else nullcontext(lambda label: None)) as step:
+        for kind, arg in rows:
+            if kind == "clean":
+                fig["clean"][str(arg)] = false_alarms(rng, rec, rule, arg, histories)
+            elif kind == "step":
+                fig["steps"][f"{arg:g}"] = injected(rng, rec, rule, 9, histories, step=arg)
+            elif kind == "drift":
+                fig["drift"] = injected(rng, rec, rule, 9, histories, drift=0.01, after=6)
+            elif kind == "samples":
+                fig["by_samples"][str(arg[0])][f"{arg[1]:g}"] = injected(rng, rec, rule, arg[0], histories,
+                                                                          step=arg[1])
+            else:
+                pen_rule = changes.Rule(points=len(rec.points), penalty=arg)
+                fig["penalty"][f"{arg:g}"] = {f"{s:g}": injected(rng, rec, pen_rule, 9, histories // 2,
+                                                                 step=s)["named_exactly"] for s in (0.05, 0.10)}
+            step(f"{kind} {arg if arg is not None else ''}".strip())
+    fig["by_samples"]["9"] = {f"{s:g}": fig["steps"][f"{s:g}"] for s in (0.05, 0.10)}
+    fig["goals"] = goals_of(fig["clean"]["9"], fig["steps"]["0.05"], fig["steps"]["0.1"], fig["drift"])
+    fig["gaussian"] = {}
+    for sigma in GAUSSIAN:  # the same rule on noise of known size: what the goals ask of a runner's noise
+        synthetic = gaussian(len(rec.points), sigma, seed)
+        fig["gaussian"][f"{sigma:g}"] = goals_of(
+            false_alarms(rng, synthetic, rule, 9, histories // 2),
+            injected(rng, synthetic, rule, 9, histories // 2, step=0.05),
+            injected(rng, synthetic, rule, 9, histories // 2, step=0.10),
+            injected(rng, synthetic, rule, 9, histories // 2, drift=0.01, after=6))
+    return fig
+
+
+GAUSSIAN = (0.01, 0.02)  # night-to-night noise of the synthetic runners the table compares with
+
+
+def gaussian(points: int, sigma: float, seed: int = 0, runs: int = 200) -> Recorded:
+    """Recorded runs of known truth: each run's level N(0, sigma) in log, its 9 samples spread 1% about it."""
+    rng = np.random.default_rng(seed)
+    samples = np.exp(rng.normal(0, sigma, (runs, points, 1)) + rng.normal(0, 0.01, (runs, points, 9)))
+    return Recorded(points=tuple(f"p{i}" for i in range(points)), samples=samples, busy=(False,) * runs)
+
+
+def goals_of(clean: dict, step5: dict, step10: dict, drift: dict) -> dict:
+    """The five goals' figures from their rows."""
+    named = [step5, step10, drift]
+    caught = sum(d["caught"] for d in named)
+    return {
+        "false_alarms_per_100": clean["false_alarms_per_100"],
+        "step10_first_night": step10["first_night"],
+        "step5_within_3": step5["within_3"],
+        "drift1_before_5pct": drift["before_5pct"],
+        "named_exactly": (sum(d["named_exactly"] * d["caught"] for d in named if d["caught"]) / caught
+                          if caught else None),
+    }
+
+
+def noise_figures(rec: Recorded) -> dict:
+    """Per point: the recorded runs' night-to-night noise (MAD of the log medians, as a fraction) and the median
+    within-run error of the median, quiet and busy runs apart."""
+    med = np.median(rec.samples, axis=-1)
+    out = {}
+    for i, p in enumerate(rec.points):
+        x = np.log(med[:, i])
+        quiet = np.array([not b for b in rec.busy])
+        out[p] = {"night_sigma": float(changes.MAD_SCALE * np.median(np.abs(x - np.median(x)))),
+                  "within_sigma": float(np.median([changes.within_night_sigma(s) for s in rec.samples[:, i]])),
+                  "busy_slowdown": (float(math.expm1(np.median(x[~quiet]) - np.median(x[quiet])))
+                                    if (~quiet).any() and quiet.any() else None),
+                  "median": float(np.median(med[:, i]))}
+    return out
+
+
+def met(name: str, value) -> bool:
+    goal, sense = GOALS[name]
+    return value is not None and (value <= goal if sense == "at most" else value >= goal)
+
+
+def render_results(fig: dict) -> str:
+    """The results file as the docs' tables."""
+    def pct(v):
+        return "n/a" if v is None else f"{100 * v:.0f}%"
+
+    rule = fig["rule"]
+    lines = [f"Recorded: {fig['runs']} runs ({fig['busy_runs']} with one core kept busy) of {len(fig['points'])} "
+             f"points, {fig['samples_recorded']} samples each; {fig['histories']} simulated histories a row "
+             f"(circular block bootstrap, blocks of {fig['block']} runs, {fig['established']} established nights "
+             f"first), seed {fig['seed']}. Rule: alpha {rule['alpha']:g} over {rule['points']} points, CUSUM "
+             f"k {rule['k']:g} h {rule['h']:.2f}, floors {pct(rule['step_floor'])} (one night) and "
+             f"{pct(rule['drift_floor'])} (cumulative), {rule['min_nights']} nights before the first alarm, Pelt "
+             f"penalty {rule['penalty']:g}.", "",
+             "| point | median | night-to-night noise | within-run error of the median (9 samples) | busy core |",
+             "|---|---|---|---|---|"]
+    for p, n in fig["noise"].items():
+        busy = "n/a" if n["busy_slowdown"] is None else f"{100 * n['busy_slowdown']:+.1f}%"
+        lines.append(f"| {p} | {n['median']:.4g} | {100 * n['night_sigma']:.1f}% | {100 * n['within_sigma']:.1f}% "
+                     f"| {busy} |")
+    labels = {"false_alarms_per_100": ("false alarms per 100 clean nights, whole suite", "<= 1"),
+              "step10_first_night": ("10% step caught on its first night", ">= 95%"),
+              "step5_within_3": ("5% step caught within 3 nights", ">= 90%"),
+              "drift1_before_5pct": ("drift of 1% a night caught before 5%", ">= 90%"),
+              "named_exactly": ("change night named exactly (5%, 10% steps and the drift)", ">= 80%")}
+    gauss = fig.get("gaussian", {})
+    lines += ["", "The goals on the recorded nights (9 samples a night), and the same rule on synthetic runners whose "
+              "night-to-night noise is known (Gaussian, 1% within a run): what the goals ask of a runner.", "",
+              "| measure | recorded nights | goal | met | " + " | ".join(f"Gaussian {100 * float(g):g}% noise"
+                                                                     for g in gauss) + " |",
+              "|---|---|---|---|" + "---|" * len(gauss)]
+    for name, (label, goal) in labels.items():
+        def shown(v, name=name):
+            return f"{v:.2f}" if name == "false_alarms_per_100" else pct(v)
+
+        v = fig["goals"][name]
+        lines.append(f"| {label} | {shown(v)} | {goal} | {'yes' if met(name, v) else 'NO'} | "
+                     + " | ".join(shown(g[name]) for g in gauss.values()) + " |")
+    lines += ["", "Recorded nights, 9 samples a night:", "",
+              "| step | caught on its first night | within 3 nights | named exactly |", "|---|---|---|---|"]
+    for s, d in fig["steps"].items():
+        lines.append(f"| {100 * float(s):g}% | {pct(d['first_night'])} | {pct(d['within_3'])} | "
+                     f"{pct(d['named_exactly'])} |")
+    lines += ["", "Per 100 clean nights of the whole suite: nights with a false alarm (the nightly fails), nights that "
+              "fail (an alarm stays open until two nights are back at the level), alarms summed over the points, "
+              "speedups noted (they fail nothing).", "",
+              "| samples a night | false alarms | failing nights | alarms over points | speedups noted | 5% step "
+              "within 3 nights | 10% step on its first night |", "|---|---|---|---|---|---|---|"]
+    for k in ("3", "5", "9"):
+        c, b = fig["clean"][k], fig["by_samples"][k]
+        lines.append(f"| {k} | {c['false_alarms_per_100']:.2f} | {c['failing_nights_per_100']:.2f} | "
+                     f"{c['point_alarms_per_100']:.2f} | {c['speedups_per_100']:.2f} | "
+                     f"{pct(b['0.05']['within_3'])} | {pct(b['0.1']['first_night'])} |")
+    lines += ["", "| Pelt penalty | named exactly, 5% step | named exactly, 10% step |", "|---|---|---|"]
+    for pen, d in fig["penalty"].items():
+        mark = " (the rule's)" if float(pen) == rule["penalty"] else ""
+        lines.append(f"| {pen}{mark} | {pct(d['0.05'])} | {pct(d['0.1'])} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    from harness import results
+    from harness.progress import Progress
+    from harness.speed.history import HistoryError, load_history
+
+    parser = argparse.ArgumentParser(prog="fastpath-suite history rates", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("recorded", nargs="?", default=str(RECORDED), help="a recorded history (repeated runs)")
+    parser.add_argument("--histories", type=int, default=400, help="simulated histories per row")
+    parser.add_argument("--seed", type=int, default=0)
+    results.add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        rec = recorded_from(load_history(args.recorded))
+    except HistoryError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    progress = Progress("history rates", args.quiet)
+    progress.say(f"{rec.runs} recorded runs of {len(rec.points)} points, {args.histories} simulated histories a row")
+    fig = measure(rec, args.histories, args.seed, progress)
+    fig["recorded"] = str(args.recorded)
+    print(render_results(fig))
+    results.write_if_asked(args, "history-rates", fig)
+    return 0
+

@@ -1,0 +1,137 @@
+"""The history rule on series of known truth: steps, drift, blips under the floor, speedups, acceptance, recovery,
+and the two thresholds against their definitions."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from harness.speed.changes import Rule, cusum_threshold, locate, scan, step_threshold
+
+ESTABLISHED = 20
+
+
+def series(rng, sigma: float, nights: int = 30, change=None) -> np.ndarray:
+    """log medians: N(0, sigma) noise plus `change(t)` (a fraction) from night ESTABLISHED on."""
+    x = rng.normal(0.0, sigma, nights)
+    if change is not None:
+        x[ESTABLISHED:] += np.log1p([change(t) for t in range(nights - ESTABLISHED)])
+    return x
+
+
+def slower(trace):
+    return [e for e in trace.events if e.kind == "slower"]
+
+
+def test_cusum_threshold_gives_the_in_control_run_length_it_is_set_for():
+    """Monte Carlo of Page's CUSUM on N(0, 1) at the h for an ARL of 200: the mean run length is within 15%."""
+    h, k = cusum_threshold(200.0), 0.5
+    rng = np.random.default_rng(0)
+    runs, s = np.zeros(4000), np.zeros(4000)
+    alive = np.ones(4000, bool)
+    for t in range(1, 3000):
+        s = np.where(alive, np.maximum(0.0, s + rng.standard_normal(4000) - k), s)
+        crossed = alive & (s > h)
+        runs[crossed] = t
+        alive &= ~crossed
+    assert not alive.any()
+    assert abs(runs.mean() / 200.0 - 1) < 0.15, f"mean run length {runs.mean():.0f} for a target of 200 (h {h:.2f})"
+
+
+def test_the_budget_is_split_over_points_and_rules():
+    one, ten = Rule(points=1), Rule(points=10)
+    assert one.budget == pytest.approx(0.005) and ten.budget == pytest.approx(0.0005)
+    assert ten.h > one.h
+    assert step_threshold(0.0005, 20) == pytest.approx(stats.t.isf(0.0005, 19))
+
+
+@pytest.mark.parametrize("step, sigma, first_night", [
+    pytest.param(0.10, 0.01, True, id="10%-step-1%-noise"),
+    pytest.param(0.07, 0.005, True, id="7%-step-half-%-noise"),
+])
+def test_a_step_above_the_floor_is_caught_on_its_first_night_and_placed_there(step, sigma, first_night):
+    rng = np.random.default_rng(1)
+    trace = scan(series(rng, sigma, change=lambda t: step), rule=Rule(points=4))
+    events = slower(trace)
+    assert events, "no alarm"
+    e = events[0]
+    assert e.alarmed == ESTABLISHED and e.began == ESTABLISHED and e.rule == "step", e
+    assert abs(e.change - step) < 3 * sigma
+    assert trace.status[-1] == "open" and trace.open == [e]
+
+
+def test_a_small_persistent_step_is_found_by_the_cusum_not_the_one_night_rule():
+    rng = np.random.default_rng(2)
+    trace = scan(series(rng, 0.004, change=lambda t: 0.03), rule=Rule(points=4))
+    e = slower(trace)[0]
+    assert e.rule == "cusum" and ESTABLISHED <= e.alarmed <= ESTABLISHED + 3
+    assert e.began == ESTABLISHED
+
+
+def test_a_drift_of_one_percent_a_night_is_caught_before_five_percent():
+    rng = np.random.default_rng(3)
+    trace = scan(series(rng, 0.004, change=lambda t: 0.01 * (t + 1)), rule=Rule(points=4))
+    e = slower(trace)[0]
+    assert ESTABLISHED <= e.alarmed < ESTABLISHED + 4, e
+
+
+def test_a_blip_under_the_floors_is_not_an_alarm_even_when_it_is_many_sigma():
+    """One night 1.5% slow on a point whose nights agree to 0.1%: significant, but below both floors."""
+    x = np.random.default_rng(4).normal(0, 0.001, 30)
+    x[ESTABLISHED] += math.log1p(0.015)
+    assert slower(scan(x, rule=Rule(points=4))) == []
+    x[ESTABLISHED] += math.log1p(0.06)  # the same night 7.5% slow: above the one-night floor
+    assert [e.alarmed for e in slower(scan(x, rule=Rule(points=4)))] == [ESTABLISHED]
+
+
+def test_a_speedup_is_noted_fails_nothing_and_the_level_follows_it():
+    rng = np.random.default_rng(5)
+    x = rng.normal(0, 0.005, 60)
+    x[ESTABLISHED:45] -= math.log1p(0.2)  # 20% faster for 25 nights, then back where it was
+    trace = scan(x, rule=Rule(points=4))
+    faster = [e for e in trace.events if e.kind == "faster"]
+    assert faster and faster[0].began == ESTABLISHED and faster[0].status == "noted", trace.events
+    assert all(s != "open" for s in trace.status[ESTABLISHED:45]), "a speedup failed a night"
+    assert [(e.began, e.status) for e in slower(trace)] == [(45, "open")], "losing the speedup was not caught"
+
+
+def test_a_slowdown_stays_open_until_it_recovers_or_is_accepted():
+    rng = np.random.default_rng(6)
+    x = rng.normal(0, 0.005, 30)
+    x[ESTABLISHED:25] += math.log1p(0.1)  # fixed on night 25
+    trace = scan(x, rule=Rule(points=4))
+    e = slower(trace)[0]
+    assert trace.status[ESTABLISHED:25] == ["alarm", "open", "open", "open", "open"]
+    assert e.status == "recovered" and e.closed == 26, (e, trace.status[24:])
+    x[25:] += math.log1p(0.1)  # not fixed, but accepted: the new level is the reference from the night it began
+    accepted = scan(x, rule=Rule(points=4), accepted=frozenset({ESTABLISHED}))
+    assert [(e.status, e.began) for e in accepted.events] == [("accepted", ESTABLISHED)]
+    assert accepted.open == [] and accepted.status[-1] == "ok"
+
+
+def test_nothing_alarms_while_the_rule_learns_the_noise():
+    x = np.zeros(8)
+    x[3] = math.log(3.0)
+    trace = scan(x, rule=Rule(points=1))
+    assert trace.status[:5] == ["learning"] * 5 and trace.events == []
+
+
+def test_pelt_places_a_step_on_its_night():
+    rng = np.random.default_rng(7)
+    x = np.r_[rng.normal(0, 0.01, 15), rng.normal(math.log1p(0.06), 0.01, 4)]
+    assert locate(x, 0, len(x) - 1, 0.0, 0.01, 4.0) == 15
+    assert locate(np.zeros(1), 0, 0, 0.0, 0.01, 4.0) is None
+
+
+def test_gaussian_noise_gives_about_the_nominal_false_alarm_rate():
+    """On N(0, 1%) nights, 4 points, alpha 0.01: the rule's false slowdowns per 100 nights for the suite stay under
+    3x the nominal 1 (the noise is estimated from <= 30 nights, which the nominal budget does not know)."""
+    rng = np.random.default_rng(8)
+    rule = Rule(points=4)
+    alarms = sum(len([e for e in slower(scan(rng.normal(0, 0.01, 120), rule=rule)) if e.alarmed >= ESTABLISHED])
+                 for _ in range(160))
+    per_100_suite = alarms / (160 * 100) * 100 * 4
+    assert per_100_suite < 3.0, f"{per_100_suite:.2f} false alarms per 100 nights"

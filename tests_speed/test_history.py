@@ -1,0 +1,203 @@
+"""The nightly history file: appending nights, refusing what does not belong, accepting a slowdown; the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from harness.speed.baselines import save_baseline
+from harness.speed.history import HistoryError, accept, append, load_history, main, save_history
+
+KEY = "cpu-test-avx2-2c-2t__torch-2.14.1__omnivoice-0.2.1"
+
+
+def run_file(path, medians: dict, date: str, commit: str = "c0ffee", key: str = KEY, spread: float = 0.01):
+    """A speed baseline file (the format `bench --save-baseline` writes) with 9 samples per point about `medians`."""
+    offsets = np.linspace(-spread, spread, 9)
+    points = {name: {"samples": [m * (1 + o) for o in offsets]} for name, m in medians.items()}
+    save_baseline(path, device_key=key, machine={"device": "cpu", "cpu_model": "Test CPU", "versions": {"torch": "x"}},
+                  points=points, command="test", commit=commit, created_utc=date)
+    return path
+
+
+def nightly(tmp_path, levels: list, point="p", start_day=1, **extra_points):
+    """A history with one night per value of `levels` (median of `point`), plus constant `extra_points`."""
+    history = tmp_path / "history.json"
+    for i, level in enumerate(levels):
+        day = start_day + i
+        run = run_file(tmp_path / f"run{day}.json", {point: level, **extra_points},
+                       f"2026-11-{day:02d}T03:17:00+00:00" if day <= 30 else f"2026-12-{day - 30:02d}T03:17:00+00:00",
+                       commit=f"{day:040x}")
+        append(history, [run])
+    return history
+
+
+def test_append_creates_then_the_same_run_twice_changes_nothing(tmp_path):
+    history = tmp_path / "h.json"
+    run = run_file(tmp_path / "r.json", {"a": 0.4, "b": 1.2}, "2026-11-01T03:17:00+00:00")
+    h, added = append(history, [run])
+    assert added and len(h.nights) == 1 and h.device_key == KEY
+    before = history.read_bytes()
+    h, added = append(history, [run])
+    assert not added and len(h.nights) == 1
+    assert history.read_bytes() == before, "importing the same run again rewrote the history"
+
+
+def test_nights_are_kept_in_date_order_and_keep_their_samples(tmp_path):
+    history = tmp_path / "h.json"
+    append(history, [run_file(tmp_path / "late.json", {"a": 0.5}, "2026-11-03T03:17:00+00:00")])
+    append(history, [run_file(tmp_path / "early.json", {"a": 0.4}, "2026-11-02T03:17:00+00:00")])
+    h = load_history(history)
+    assert [n.date[:10] for n in h.nights] == ["2026-11-02", "2026-11-03"]
+    assert h.nights[0].median("a") == pytest.approx(0.4)
+    assert len(h.nights[0].points["a"]["samples"]) == 9
+
+
+def test_a_run_of_another_device_key_is_refused_with_the_reason(tmp_path):
+    history = tmp_path / "h.json"
+    append(history, [run_file(tmp_path / "a.json", {"a": 0.4}, "2026-11-01T03:17:00+00:00")])
+    other = run_file(tmp_path / "b.json", {"a": 0.4}, "2026-11-02T03:17:00+00:00", key="cpu-other__torch-2.0")
+    with pytest.raises(HistoryError, match="speed only compares on one device key") as err:
+        append(history, [other])
+    assert KEY in str(err.value) and "cpu-other__torch-2.0" in str(err.value)
+    assert len(load_history(history).nights) == 1
+
+
+def test_the_files_of_one_night_join_and_may_not_measure_a_point_twice(tmp_path):
+    history = tmp_path / "h.json"
+    tiny = run_file(tmp_path / "tiny.json", {"a": 0.4}, "2026-11-01T03:17:00+00:00")
+    full = run_file(tmp_path / "full.json", {"b": 7.0}, "2026-11-01T03:19:00+00:00")
+    h, _ = append(history, [tiny, full], labels=["busy-core"])
+    assert set(h.nights[0].points) == {"a", "b"} and h.nights[0].labels == ("busy-core",)
+    again = run_file(tmp_path / "again.json", {"a": 0.5}, "2026-11-01T03:20:00+00:00")
+    with pytest.raises(HistoryError, match="one night measures a point once"):
+        append(history, [tiny, again])
+
+
+def test_a_pytest_benchmark_file_is_a_night(tmp_path):
+    data = {"machine_info": {"node": "runner", "fastpath": {"device_key": KEY, "versions": {"torch": "x"}}},
+            "commit_info": {"id": "abc"}, "datetime": "2026-11-01T03:17:00",
+            "benchmarks": [{"name": "test_rtf", "extra_info": {"point": "auto-short-10", "rtf_samples": [0.4] * 8},
+                            "stats": {"data": [1.0] * 8}}]}
+    path = tmp_path / "speed.json"
+    path.write_text(json.dumps(data))
+    h, added = append(tmp_path / "h.json", [path])
+    assert added and h.nights[0].commit == "abc" and h.nights[0].points["auto-short-10"]["metric"] == "rtf"
+    assert h.nights[0].machine["node"] == "runner"
+
+
+def corrupt(path):
+    path.write_text(path.read_text()[:40])
+
+
+def foreign(path):
+    path.write_text(json.dumps({"format": "fastpath-speed-baseline", "points": {}}))
+
+
+def old_version(path):
+    data = json.loads(path.read_text())
+    data["format_version"] = 99
+    path.write_text(json.dumps(data))
+
+
+def hand_edited(path):
+    data = json.loads(path.read_text())
+    data["nights"][0]["points"]["a"]["samples"][0] *= 0.5
+    path.write_text(json.dumps(data))
+
+
+def no_samples(path):
+    data = json.loads(path.read_text())
+    data["nights"][0]["points"]["a"]["samples"] = []
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("damage, phrases", [
+    (corrupt, ["not readable JSON", "truncated or corrupt", "Restore"]),
+    (foreign, ["not a fastpath speed history", "foreign"]),
+    (old_version, ["format_version 99", "this suite reads 1"]),
+    (hand_edited, ["does not match its samples", "edited by hand"]),
+    (no_samples, ["'samples' is empty"]),
+], ids=["truncated", "foreign", "format-version", "hand-edited", "empty-samples"])
+def test_a_bad_history_is_refused_naming_the_fix(tmp_path, damage, phrases):
+    history = tmp_path / "h.json"
+    append(history, [run_file(tmp_path / "a.json", {"a": 0.4}, "2026-11-01T03:17:00+00:00")])
+    damage(history)
+    with pytest.raises(HistoryError) as err:
+        load_history(history)
+    for phrase in phrases:
+        assert phrase in str(err.value), str(err.value)
+
+
+def test_a_missing_history_names_the_command_that_starts_one(tmp_path):
+    with pytest.raises(HistoryError, match="fastpath-suite history append"):
+        load_history(tmp_path / "none.json")
+
+
+def test_save_is_atomic_when_the_write_fails(tmp_path, monkeypatch):
+    history = tmp_path / "h.json"
+    h, _ = append(history, [run_file(tmp_path / "a.json", {"a": 0.4}, "2026-11-01T03:17:00+00:00")])
+    before = history.read_bytes()
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("harness.speed.history.os.fsync", broken)
+    with pytest.raises(OSError):
+        save_history(h, history)
+    assert history.read_bytes() == before and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+STEADY = [1.0, 1.004, 0.997, 1.002, 0.999, 1.003, 0.998, 1.001, 1.0, 0.996, 1.004, 1.0]
+
+
+def test_check_fails_on_a_slowdown_until_it_is_accepted(tmp_path, capsys):
+    history = nightly(tmp_path, STEADY + [1.10, 1.101, 1.099], other=0.5)
+    out = tmp_path / "out"
+    assert main(["check", str(history), "--out", str(out)]) == 1
+    alarms = json.loads((out / "alarms.json").read_text())
+    assert [a["point"] for a in alarms] == ["p"], alarms
+    began = alarms[0]["began"]
+    h = load_history(history)
+    assert h.nights[len(STEADY)].id == began, "the change was not placed on the night it began"
+    assert abs(alarms[0]["change"] - 0.10) < 0.01
+    summary = (out / "summary.md").read_text()
+    assert "1 slowdown(s): this night fails" in summary and f"--night {began}" in summary
+    assert (out / "index.html").read_text().startswith("<!DOCTYPE html>")
+    assert main(["accept", str(history), "p", "--night", began, "--reason", "bigger model, on purpose"]) == 0
+    capsys.readouterr()
+    assert main(["check", str(history)]) == 0
+    assert "10.0% slower since" in capsys.readouterr().out.split("Changes found before")[1]
+    assert load_history(history).accepted[0]["reason"] == "bigger model, on purpose"
+
+
+def test_check_passes_a_steady_history_and_says_what_it_learns(tmp_path, capsys):
+    history = nightly(tmp_path, STEADY)
+    assert main(["check", str(history)]) == 0
+    assert "No slowdown open" in capsys.readouterr().out
+    (tmp_path / "short").mkdir()
+    short = nightly(tmp_path / "short", STEADY[:3])
+    assert main(["check", str(short)]) == 0
+    assert "learning (3 nights)" in capsys.readouterr().out
+
+
+def test_accept_refuses_an_unknown_point_or_night_and_an_empty_reason(tmp_path):
+    history = nightly(tmp_path, STEADY[:3])
+    night = load_history(history).nights[0].id
+    with pytest.raises(HistoryError, match="has no point 'q'"):
+        accept(history, "q", night, "why")
+    with pytest.raises(HistoryError, match="has no night 'nope'"):
+        accept(history, "p", "nope", "why")
+    with pytest.raises(HistoryError, match="give the reason"):
+        accept(history, "p", night, " ")
+
+
+def test_the_cli_exits_2_with_the_fix_on_bad_input(tmp_path, capsys):
+    assert main(["check", str(tmp_path / "none.json")]) == 2
+    assert "fastpath-suite history append" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text("[]")
+    assert main(["append", str(tmp_path / "h.json"), str(bad)]) == 2
+    assert "neither a fastpath speed baseline nor a pytest-benchmark" in capsys.readouterr().err
