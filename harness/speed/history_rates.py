@@ -13,7 +13,8 @@ Measured, for the whole suite of recorded points (the rule's budget split over t
   - a 10% step caught on its first night (goal >= 95%), a 5% step within 3 nights (goal >= 90%), a drift of 1% a
     night before it reaches 5% (goal >= 90%), the change night named exactly (goal >= 80%);
   - detection against the step size and against the samples per night; the change night named against Pelt's
-    penalty (its calibration).
+    penalty (its calibration, on a synthetic runner with 1% night-to-night noise, where most steps are caught);
+  - the five goals on synthetic runners of 1% and 2% night-to-night noise: what the goals ask of a runner.
 """
 
 from __future__ import annotations
@@ -173,6 +174,7 @@ def measure(rec: Recorded, histories: int = 400, seed: int = 0, progress=None, p
                  "penalty": {}}
     rows = ([("clean", k) for k in SAMPLES] + [("step", s) for s in STEPS] + [("drift", None)]
             + [("samples", (k, s)) for k in (3, 5) for s in (0.05, 0.10)] + [("penalty", p) for p in penalties])
+    calibration = gaussian(len(rec.points), GAUSSIAN[0], seed)
     with (progress.stage("rows", total=len(rows)) if progress else nullcontext(lambda label: None)) as step:
         for kind, arg in rows:
             if kind == "clean":
@@ -184,9 +186,9 @@ def measure(rec: Recorded, histories: int = 400, seed: int = 0, progress=None, p
             elif kind == "samples":
                 fig["by_samples"][str(arg[0])][f"{arg[1]:g}"] = injected(rng, rec, rule, arg[0], histories,
                                                                           step=arg[1])
-            else:
+            else:  # on the synthetic 1% runner, where most steps are caught: a share of few catches is noise
                 pen_rule = changes.Rule(points=len(rec.points), penalty=arg)
-                fig["penalty"][f"{arg:g}"] = {f"{s:g}": injected(rng, rec, pen_rule, 9, histories // 2,
+                fig["penalty"][f"{arg:g}"] = {f"{s:g}": injected(rng, calibration, pen_rule, 9, histories // 2,
                                                                  step=s)["named_exactly"] for s in (0.05, 0.10)}
             step(f"{kind} {arg if arg is not None else ''}".strip())
     fig["by_samples"]["9"] = {f"{s:g}": fig["steps"][f"{s:g}"] for s in (0.05, 0.10)}
@@ -213,8 +215,10 @@ def gaussian(points: int, sigma: float, seed: int = 0, runs: int = 200) -> Recor
 
 
 def goals_of(clean: dict, step5: dict, step10: dict, drift: dict) -> dict:
-    """The five goals' figures from their rows."""
-    named = [step5, step10, drift]
+    """The five goals' figures from their rows. The night a change began is scored on the steps: a drift's first
+    night (1% slower) is below anything a night can show, so "exactly" has no meaning there (its share is in the
+    drift row of the results file)."""
+    named = [step5, step10]
     caught = sum(d["caught"] for d in named)
     return {
         "false_alarms_per_100": clean["false_alarms_per_100"],
@@ -270,7 +274,7 @@ def render_results(fig: dict) -> str:
               "step10_first_night": ("10% step caught on its first night", ">= 95%"),
               "step5_within_3": ("5% step caught within 3 nights", ">= 90%"),
               "drift1_before_5pct": ("drift of 1% a night caught before 5%", ">= 90%"),
-              "named_exactly": ("change night named exactly (5%, 10% steps and the drift)", ">= 80%")}
+              "named_exactly": ("change night named exactly (5% and 10% steps)", ">= 80%")}
     gauss = fig.get("gaussian", {})
     lines += ["", "The goals on the recorded nights (9 samples a night), and the same rule on synthetic runners whose "
               "night-to-night noise is known (Gaussian, 1% within a run): what the goals ask of a runner.", "",
@@ -289,6 +293,9 @@ def render_results(fig: dict) -> str:
     for s, d in fig["steps"].items():
         lines.append(f"| {100 * float(s):g}% | {pct(d['first_night'])} | {pct(d['within_3'])} | "
                      f"{pct(d['named_exactly'])} |")
+    d = fig["drift"]
+    lines += ["", f"A drift of 1% a night: caught before it reaches 5% {pct(d['before_5pct'])}, within 6 nights "
+              f"{pct(d['within_6'])}, its first night named {pct(d['named_exactly'])} of those."]
     lines += ["", "Per 100 clean nights of the whole suite: nights with a false alarm (the nightly fails), nights that "
               "fail (an alarm stays open until two nights are back at the level), alarms summed over the points, "
               "speedups noted (they fail nothing).", "",
@@ -299,7 +306,9 @@ def render_results(fig: dict) -> str:
         lines.append(f"| {k} | {c['false_alarms_per_100']:.2f} | {c['failing_nights_per_100']:.2f} | "
                      f"{c['point_alarms_per_100']:.2f} | {c['speedups_per_100']:.2f} | "
                      f"{pct(b['0.05']['within_3'])} | {pct(b['0.1']['first_night'])} |")
-    lines += ["", "| Pelt penalty | named exactly, 5% step | named exactly, 10% step |", "|---|---|---|"]
+    lines += ["", f"Pelt's penalty, calibrated on the synthetic {100 * GAUSSIAN[0]:g}% runner (where most steps are "
+              "caught, so the shares are not of a handful):", "",
+              "| Pelt penalty | named exactly, 5% step | named exactly, 10% step |", "|---|---|---|"]
     for pen, d in fig["penalty"].items():
         mark = " (the rule's)" if float(pen) == rule["penalty"] else ""
         lines.append(f"| {pen}{mark} | {pct(d['0.05'])} | {pct(d['0.1'])} |")
