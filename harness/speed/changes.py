@@ -5,13 +5,16 @@ run on each night (online: night t uses nights <= t only, so re-running it over 
 that history would have raised):
 
 * **Level and noise** over the *reference*: the in-control nights of the segment since the last accepted change,
-  the latest ``WINDOW`` of them. Level mu = their median; noise sigma = their MAD (scaled to a standard deviation),
-  never below the within-night error of a median (what the night's own samples say) nor ``MIN_SIGMA``: the
-  night-to-night noise, the noise a nightly comparison lives with, not the spread of one run's samples.
+  the latest ``WINDOW`` of them. Level mu = their median; noise sigma = their standard deviation (``SCALE`` "sd":
+  the reference holds no alarmed night, so it is screened already; "mad", the MAD, is the robust choice and, measured
+  on the recorded nights, gave four times the false alarms at its 37% efficiency), never below the within-night error
+  of a median (what the night's own samples say) nor ``MIN_SIGMA``: the night-to-night noise, the noise a nightly
+  comparison lives with, not the spread of one run's samples.
 * **Two rules**, each with an effect-size floor, on z = (x - mu) / sigma:
   - a *step*: one night with z above Student's t quantile at half the point's budget, with the degrees of freedom
-    a MAD of n nights is worth (0.37 (n - 1)), and a median at least ``STEP_FLOOR`` above the level; z is scaled
-    by the spread of a new night about a median of n nights, sigma x sqrt(1 + pi / 2n);
+    the noise estimate of n nights is worth (n - 1 for the SD, 0.37 (n - 1) for the MAD), and a median at least
+    ``STEP_FLOOR`` above the level; z is scaled by the spread of a new night about a median of n nights,
+    sigma x sqrt(1 + pi / 2n);
   - a *CUSUM* (Page's one-sided cumulative sum, allowance ``CUSUM_K``) for small persistent steps and drift: it
     alarms when S_t = max(0, S_{t-1} + z_t - k) passes h, h set from Siegmund's approximation of the in-control
     run length so that its false alarms spend the other half of the budget, and the nights since S last left 0 sit
