@@ -294,6 +294,38 @@ def check(args) -> int:
     return 1 if any(r.trace.open for r in reports) else 0
 
 
+def rates(argv) -> int:
+    """`fastpath-suite history rates`: the rule's operating characteristics on recorded nights (history_rates)."""
+    import argparse
+    import sys
+
+    from harness import results
+    from harness.progress import Progress
+    from harness.speed import history_rates
+
+    parser = argparse.ArgumentParser(prog="fastpath-suite history rates",
+                                     description=history_rates.__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("recorded", nargs="?", default=str(history_rates.RECORDED),
+                        help="a recorded history (repeated runs), or any history whose points every night measured")
+    parser.add_argument("--histories", type=int, default=400, help="simulated histories per row")
+    parser.add_argument("--seed", type=int, default=0)
+    results.add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        rec = history_rates.recorded_from(load_history(args.recorded))
+    except (HistoryError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    progress = Progress("history rates", args.quiet)
+    progress.say(f"{rec.runs} recorded runs of {len(rec.points)} points, {args.histories} simulated histories a row")
+    fig = history_rates.measure(rec, args.histories, args.seed, progress)
+    fig["recorded"] = str(args.recorded)
+    print(history_rates.render_results(fig))
+    results.write_if_asked(args, "history-rates", fig)
+    return 0
+
+
 def main(argv=None) -> int:
     import argparse
 
@@ -326,9 +358,7 @@ def main(argv=None) -> int:
 
         argv = sys.argv[1:]
     if argv and argv[0] == "rates":
-        from harness.speed.history_rates import main as rates_main
-
-        return rates_main(argv[1:])
+        return rates(argv[1:])
     args = parser.parse_args(argv)
     try:
         if args.action == "append":

@@ -19,9 +19,7 @@ Measured, for the whole suite of recorded points (the rule's budget split over t
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,18 +63,12 @@ def recorded_from(history) -> Recorded:
     of it has."""
     points = [p for p in history.point_names if all(p in n.points for n in history.nights)]
     if len(history.nights) < 2 * BLOCK or not points:
-        raise changes_error(history)
+        raise ValueError(f"{history.path}: {len(history.nights)} nights with points measured on all of them; the "
+                         f"simulation needs at least {2 * BLOCK} (record at least 20: fastpath-suite record-nights)")
     k = min(len(n.points[p]["samples"]) for n in history.nights for p in points)
     data = np.array([[n.points[p]["samples"][:k] for p in points] for n in history.nights], dtype=float)
     busy = tuple("busy-core" in n.labels for n in history.nights)
     return Recorded(points=tuple(points), samples=data, busy=busy)
-
-
-def changes_error(history):
-    from harness.speed.history import HistoryError
-
-    return HistoryError(f"{history.path}: {len(history.nights)} nights with points measured on all of them; the "
-                        f"simulation needs at least {2 * BLOCK} (record at least 20: scripts/record_nights.sh)")
 
 
 def clean_nights(rng, rec: Recorded, nights: int, samples: int, histories: int) -> tuple:
@@ -313,30 +305,3 @@ def render_results(fig: dict) -> str:
         mark = " (the rule's)" if float(pen) == rule["penalty"] else ""
         lines.append(f"| {pen}{mark} | {pct(d['0.05'])} | {pct(d['0.1'])} |")
     return "\n".join(lines)
-
-
-def main(argv=None) -> int:
-    from harness import results
-    from harness.progress import Progress
-    from harness.speed.history import HistoryError, load_history
-
-    parser = argparse.ArgumentParser(prog="fastpath-suite history rates", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("recorded", nargs="?", default=str(RECORDED), help="a recorded history (repeated runs)")
-    parser.add_argument("--histories", type=int, default=400, help="simulated histories per row")
-    parser.add_argument("--seed", type=int, default=0)
-    results.add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        rec = recorded_from(load_history(args.recorded))
-    except HistoryError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    progress = Progress("history rates", args.quiet)
-    progress.say(f"{rec.runs} recorded runs of {len(rec.points)} points, {args.histories} simulated histories a row")
-    fig = measure(rec, args.histories, args.seed, progress)
-    fig["recorded"] = str(args.recorded)
-    print(render_results(fig))
-    results.write_if_asked(args, "history-rates", fig)
-    return 0
-
