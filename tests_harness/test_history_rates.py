@@ -31,23 +31,25 @@ def test_the_bootstrap_draws_whole_runs_for_every_point_of_a_night():
     assert np.all((steps == 1) | (steps == -(runs - 1))), "a block is not consecutive runs"
 
 
+@pytest.mark.slow
 def test_on_gaussian_noise_the_rule_finds_large_steps_and_rarely_alarms():
     rec = gaussian(sigma=0.005)
     rule = changes.Rule(points=4)
     rng = np.random.default_rng(1)
-    clean = false_alarms(rng, rec, rule, 9, 60)
+    clean = false_alarms(rng, rec, rule, 9, 20)
     assert clean["false_alarms_per_100"] < 3.0, clean
-    step = injected(rng, rec, rule, 9, 120, step=0.10)
+    step = injected(rng, rec, rule, 9, 80, step=0.10)
     assert step["first_night"] > 0.95 and step["named_exactly"] > 0.9, step
-    small = injected(rng, rec, rule, 9, 120, step=0.01)  # a fifth of the one-night floor: not caught at once
+    small = injected(rng, rec, rule, 9, 80, step=0.01)  # a fifth of the one-night floor: not caught at once
     assert small["first_night"] < 0.1, small
 
 
+@pytest.mark.slow
 def test_noisier_nights_are_harder_to_judge():
     """The same 5% step, 0.5% against 3% night-to-night noise: the simulator sees the difference."""
     rng = np.random.default_rng(2)
-    quiet = injected(rng, gaussian(sigma=0.005), changes.Rule(points=4), 9, 120, step=0.05)
-    noisy = injected(rng, gaussian(sigma=0.03), changes.Rule(points=4), 9, 120, step=0.05)
+    quiet = injected(rng, gaussian(sigma=0.005), changes.Rule(points=4), 9, 80, step=0.05)
+    noisy = injected(rng, gaussian(sigma=0.03), changes.Rule(points=4), 9, 80, step=0.05)
     assert quiet["within_3"] > noisy["within_3"] + 0.3, (quiet, noisy)
 
 
@@ -80,7 +82,7 @@ def test_clean_recorded_nights_rarely_alarm(recorded):
     """Known equivalent: bootstrapped clean nights of the recorded noise (a small, seeded rerun of `history rates`)
     raise about the false alarms docs/results.md reports, and at most the goal's 1 per 100 nights plus the
     small rerun's sampling error."""
-    clean = false_alarms(np.random.default_rng(5), recorded, changes.Rule(points=len(recorded.points)), 9, 60)
+    clean = false_alarms(np.random.default_rng(5), recorded, changes.Rule(points=len(recorded.points)), 9, 24)
     stored = stored_goals()["false_alarms_per_100"]
     assert clean["false_alarms_per_100"] <= max(stored, 1.0) + 1.0, (clean, stored)
 
