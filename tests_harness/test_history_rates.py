@@ -88,11 +88,19 @@ def test_clean_recorded_nights_rarely_alarm(recorded):
 
 
 def test_a_step_on_recorded_nights_is_caught(recorded):
-    """Known worse: a 10% step on one point of the recorded noise is caught on its first night about as often as
-    docs/results.md reports."""
-    step = injected(np.random.default_rng(6), recorded, changes.Rule(points=len(recorded.points)), 9, 160, step=0.10)
-    stored = stored_goals()["step10_first_night"]
-    assert step["first_night"] >= stored - 0.12, (step, stored)
+    """Known worse: a 15% step on one point of the recorded noise is caught on its first night about as often as
+    docs/results.md reports (16% there; 160 histories give a standard error of about 3 points, the bound is
+    8 below), and a rule that lost its one-night step would fall far under it."""
+    import json
+
+    from harness.machine import hardware_key, machine_info
+
+    folder = history_rates.REPO_ROOT / "results" / "history-rates"
+    path = folder / f"{hardware_key(machine_info('cpu'))}.json"
+    stored = json.loads((path if path.exists() else sorted(folder.glob("*.json"))[0]).read_text())["figures"]
+    expected = stored["steps"]["0.15"]["first_night"]
+    step = injected(np.random.default_rng(6), recorded, changes.Rule(points=len(recorded.points)), 9, 160, step=0.15)
+    assert step["first_night"] >= expected - 0.08, (step, expected)
 
 
 @pytest.mark.slow
