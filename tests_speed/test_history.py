@@ -144,7 +144,7 @@ def test_save_is_atomic_when_the_write_fails(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr("harness.speed.history.os.fsync", broken)
+    monkeypatch.setattr("harness.speed.baselines.os.fsync", broken)
     with pytest.raises(OSError):
         save_history(h, history)
     assert history.read_bytes() == before and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

@@ -370,7 +370,12 @@ def save_baseline(
         "commit": commit if commit is not None else git_commit(),
         "points": body,
     }
-    text = json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n"
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n")
+    return data
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write text to path through a temp file beside it (fsync, rename): a killed job leaves the old file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -378,9 +383,8 @@ def save_baseline(
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a baseline is a shared, committed file
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; baselines and histories are shared files
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return data

@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -36,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.speed.baselines import FORMAT as BASELINE_FORMAT
-from harness.speed.baselines import BaselineError, check_samples, read_json, read_run
+from harness.speed.baselines import BaselineError, check_samples, read_json, read_run, write_atomic
 
 FORMAT = "fastpath-speed-history"
 FORMAT_VERSION = 1
@@ -213,20 +212,7 @@ def load_history(path: str | os.PathLike) -> History:
 
 def save_history(history: History, path: str | os.PathLike) -> None:
     """Write atomically (temp file beside it, fsync, rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(history.as_dict(), indent=1, allow_nan=False) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(Path(path), json.dumps(history.as_dict(), indent=1, allow_nan=False) + "\n")
 
 
 def append(path: str | os.PathLike, run_files: list, labels=()) -> tuple:
