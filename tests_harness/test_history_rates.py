@@ -65,8 +65,8 @@ def test_the_recorded_nights_are_enough_runs_with_some_busy(recorded):
     assert recorded.samples.shape[2] == 9 and len(recorded.points) == 4
 
 
-def stored_goals() -> dict:
-    """The goals' figures of the results file measured on this machine kind (the first one when none is)."""
+def stored_figures() -> dict:
+    """The figures of the results file measured on this machine kind (the first one when none is)."""
     import json
 
     from harness.machine import hardware_key, machine_info
@@ -75,7 +75,7 @@ def stored_goals() -> dict:
     path = folder / f"{hardware_key(machine_info('cpu'))}.json"
     if not path.exists():
         path = sorted(folder.glob("*.json"))[0]
-    return json.loads(path.read_text())["figures"]["goals"]
+    return json.loads(path.read_text())["figures"]
 
 
 def test_clean_recorded_nights_rarely_alarm(recorded):
@@ -83,7 +83,7 @@ def test_clean_recorded_nights_rarely_alarm(recorded):
     raise about the false alarms docs/results.md reports, and at most the goal's 1 per 100 nights plus the
     small rerun's sampling error."""
     clean = false_alarms(np.random.default_rng(5), recorded, changes.Rule(points=len(recorded.points)), 9, 24)
-    stored = stored_goals()["false_alarms_per_100"]
+    stored = stored_figures()["goals"]["false_alarms_per_100"]
     assert clean["false_alarms_per_100"] <= max(stored, 1.0) + 1.0, (clean, stored)
 
 
@@ -91,13 +91,7 @@ def test_a_step_on_recorded_nights_is_caught(recorded):
     """Known worse: a 15% step on one point of the recorded noise is caught on its first night about as often as
     docs/results.md reports (16% there; 160 histories give a standard error of about 3 points, the bound is
     8 below), and a rule that lost its one-night step would fall far under it."""
-    import json
-
-    from harness.machine import hardware_key, machine_info
-
-    folder = history_rates.REPO_ROOT / "results" / "history-rates"
-    path = folder / f"{hardware_key(machine_info('cpu'))}.json"
-    stored = json.loads((path if path.exists() else sorted(folder.glob("*.json"))[0]).read_text())["figures"]
+    stored = stored_figures()
     expected = stored["steps"]["0.15"]["first_night"]
     step = injected(np.random.default_rng(6), recorded, changes.Rule(points=len(recorded.points)), 9, 160, step=0.15)
     assert step["first_night"] >= expected - 0.08, (step, expected)
@@ -108,13 +102,7 @@ def test_the_full_table_is_the_results_file(recorded):
     """The table docs/results.md shows is what the code measures: `history rates` rerun with the results file's
     histories and seed gives the same figures (the bootstrap is seeded, the rule deterministic), within a count or
     two."""
-    import json
-
-    from harness.machine import hardware_key, machine_info
-
-    folder = history_rates.REPO_ROOT / "results" / "history-rates"
-    path = folder / f"{hardware_key(machine_info('cpu'))}.json"
-    stored = json.loads((path if path.exists() else sorted(folder.glob("*.json"))[0]).read_text())["figures"]
+    stored = stored_figures()
     fig = history_rates.measure(recorded, stored["histories"], stored["seed"])
     # equal but for a night whose comparison another CPU's rounding could tip: a count or two in 400 histories
     for name, value in stored["goals"].items():

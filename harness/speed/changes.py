@@ -81,13 +81,14 @@ def predictive(sigma: float, nights: int) -> float:
     return sigma * math.sqrt(1.0 + math.pi / 2 / nights)
 
 
-def within_night_sigma(samples) -> float:
-    """Standard error of log(median) of one night's samples: 1.2533 x (IQR / 1.349) / median / sqrt(n)."""
+def within_night_sigma(samples, axis: int = -1):
+    """Standard error of log(median) of one night's samples (along ``axis``): 1.2533 x (IQR / 1.349) / median /
+    sqrt(n); 0 for a single sample. A float for one night, an array for many."""
     samples = np.asarray(samples, dtype=float)
-    if samples.size < 2:
-        return 0.0
-    q1, med, q3 = np.percentile(samples, [25, 50, 75])
-    return float(1.2533 * (q3 - q1) / 1.349 / med / math.sqrt(samples.size))
+    n = samples.shape[axis]
+    q1, med, q3 = np.percentile(samples, [25, 50, 75], axis=axis)
+    out = 1.2533 * (q3 - q1) / 1.349 / med / math.sqrt(n) if n > 1 else np.zeros_like(med)
+    return float(out) if np.ndim(out) == 0 else out
 
 
 @dataclass
@@ -167,7 +168,6 @@ def scan(x, within=None, rule: Rule = Rule(), accepted=frozenset()) -> Trace:
     x = np.asarray(x, dtype=float)
     within = np.zeros_like(x) if within is None else np.asarray(within, dtype=float)
     xs, ws = x.tolist(), within.tolist()
-    xs_array = x
     use_sd = rule.scale == "sd"
     efficiency = 1.0 if use_sd else MAD_EFFICIENCY
     h = rule.h
@@ -228,22 +228,18 @@ def scan(x, within=None, rule: Rule = Rule(), accepted=frozenset()) -> Trace:
             trace.status.append("ok")
             continue
         kind, which, fallback = fired
-        start = max(seg, ref[-rule.window]) if len(ref) >= rule.window else seg
-        began = locate(xs_array, start, t, mu, sigma, rule.penalty)
+        began = locate(x, recent[0], t, mu, sigma, rule.penalty)  # recent[0]: the segment's start, or the window's
         if began is None or began > t:
             began = fallback
+        event = Event(kind=kind, rule=which, began=began, alarmed=t, z=float(z), level=math.exp(mu),
+                      change=math.expm1(statistics.median(xs[began:t + 1]) - mu))
+        trace.events.append(event)
         if kind == "faster":  # noted, fails nothing; its nights stay in the reference, so the level follows it
-            trace.events.append(Event(kind=kind, rule=which, began=began, alarmed=t, status="noted", closed=t,
-                                      change=math.expm1(statistics.median(xs[began:t + 1]) - mu), z=float(z),
-                                      level=math.exp(mu)))
+            event.status, event.closed = "noted", t
             ref.append(t)
             down = 0.0
             trace.status.append("ok")
             continue
-        change = math.expm1(statistics.median(xs[began:t + 1]) - mu)
-        event = Event(kind=kind, rule=which, began=began, alarmed=t, change=change, z=float(z),
-                      level=float(math.exp(mu)))
-        trace.events.append(event)
         ref = [r for r in ref if r < began]
         up = down = 0.0
         if began in accepted:
@@ -278,8 +274,9 @@ class PointReport:
         last = self.trace.status[-1]
         if last == "learning":
             return "learning"
-        if self.trace.events and self.trace.events[-1].alarmed == len(self.x) - 1:
-            return self.trace.events[-1].kind if self.trace.events[-1].kind == "faster" else "ok"
+        events = self.trace.events
+        if events and events[-1].alarmed == len(self.x) - 1 and events[-1].kind == "faster":
+            return "faster"
         return "ok"
 
 

@@ -195,9 +195,9 @@ def page_html(history, reports: list) -> str:
         out.append(f'<section class="{cls}" data-point="{esc(r.point)}"><h2>{esc(r.point)}</h2>'
                    f"<p>{esc(r.metric)}, median per night; {esc(noise)}; status {esc(r.status)}.</p>")
         out.append(plot_svg(r))
-        past = [e for e in r.trace.events]
-        if past:
-            out.append("<ul>" + "".join(f"<li>{esc(event_line(r, e))}: {esc(e.status)}</li>" for e in past)
+        if r.trace.events:
+            out.append("<ul>" + "".join(f"<li>{esc(event_line(r, e))}: {esc(e.status)}</li>"
+                                        for e in r.trace.events)
                        + "</ul>")
         out.append("</section>")
     out.append(f"<script>{SCRIPT}</script></body></html>")

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -283,7 +284,6 @@ def check(args) -> int:
 def rates(argv) -> int:
     """`fastpath-suite history rates`: the rule's operating characteristics on recorded nights (history_rates)."""
     import argparse
-    import sys
 
     from harness import results
     from harness.progress import Progress
@@ -340,8 +340,6 @@ def main(argv=None) -> int:
     verbs.add_parser("rates", help="the rule's operating characteristics on recorded nights (see its --help)",
                      add_help=False)
     if argv is None:
-        import sys
-
         argv = sys.argv[1:]
     if argv and argv[0] == "rates":
         return rates(argv[1:])
@@ -360,5 +358,5 @@ def main(argv=None) -> int:
             return 0
         return check(args)
     except BaselineError as err:  # HistoryError, or a run file baselines.read_run refused
-        print(f"error: {err}", file=__import__("sys").stderr)
+        print(f"error: {err}", file=sys.stderr)
         return 2

@@ -81,8 +81,7 @@ def clean_nights(rng, rec: Recorded, nights: int, samples: int, histories: int) 
     # drawn[h, t, p, s] = rec.samples[runs[h, t], p, pick[h, t, p, s]]
     drawn = rec.samples[runs[:, :, None, None], np.arange(len(rec.points))[None, None, :, None], pick]
     med = np.median(drawn, axis=-1)
-    q1, q3 = np.percentile(drawn, [25, 75], axis=-1)
-    within = 1.2533 * (q3 - q1) / 1.349 / med / math.sqrt(samples) if samples > 1 else np.zeros_like(med)
+    within = changes.within_night_sigma(drawn)
     return np.log(med).transpose(0, 2, 1), within.transpose(0, 2, 1)
 
 
@@ -231,7 +230,7 @@ def noise_figures(rec: Recorded) -> dict:
         x = np.log(med[:, i])
         quiet = np.array([not b for b in rec.busy])
         out[p] = {"night_sigma": float(changes.MAD_SCALE * np.median(np.abs(x - np.median(x)))),
-                  "within_sigma": float(np.median([changes.within_night_sigma(s) for s in rec.samples[:, i]])),
+                  "within_sigma": float(np.median(changes.within_night_sigma(rec.samples[:, i]))),
                   "busy_slowdown": (float(math.expm1(np.median(x[~quiet]) - np.median(x[quiet])))
                                     if (~quiet).any() and quiet.any() else None),
                   "median": float(np.median(med[:, i]))}
