@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +24,8 @@ MARKERS = {
     "slow": "full-size model, long measurement or the rest of a long grid; run with --slow or -m slow",
     "real_weights": f"needs a real OmniVoice checkpoint: --checkpoint PATH or {ENV_CHECKPOINT}=PATH",
     "quality": "judges generated speech: words (Whisper WER), voice (GE2E SIM), predicted MOS (DNSMOS)",
+    "early": "early(start): start(folder) runs in a thread from the end of collection; the `early` fixture gives "
+             "its result",
 }
 
 _OVERRIDE_NOTE = pytest.StashKey[str]()
@@ -165,6 +168,47 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason="needs an Apple MPS device (torch.backends.mps.is_available() is False)"))
         if "real_weights" in item.keywords and not has_real:
             item.add_marker(pytest.mark.skip(reason=HOW_TO_REAL))
+
+
+# --- tests that start their fresh interpreter when collection ends ---------------------------------------------
+# A test whose work is a fresh interpreter (importing torch and omnivoice alone costs about 9 s of one core on a
+# 2-core machine) is marked `@pytest.mark.early.with_args(start)`: `start(folder)` runs in a thread from the end of
+# collection, beside the in-process tests (which keep about one core busy), and the test reads its return value with
+# the `early` fixture (run in the test itself when the thread was not started, e.g. under --collect-only).
+_EARLY = pytest.StashKey()
+
+
+def pytest_collection_finish(session):
+    import concurrent.futures
+    import tempfile
+
+    if session.config.option.collectonly:
+        return
+    items = [item for item in session.items
+             if item.get_closest_marker("early") and not item.get_closest_marker("skip")]
+    if not items:
+        return
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(items), thread_name_prefix="fastpath-early")
+    for item in items:
+        folder = Path(tempfile.mkdtemp(prefix="fastpath-early-"))
+        item.stash[_EARLY] = (folder, pool.submit(item.get_closest_marker("early").args[0], folder))
+    pool.shutdown(wait=False)
+
+
+@pytest.fixture
+def early(request, tmp_path):
+    """What the test's `@pytest.mark.early(start)` function returned (started when collection ended)."""
+    import shutil
+
+    started = request.node.stash.get(_EARLY, None)
+    if started is None:
+        yield request.node.get_closest_marker("early").args[0](tmp_path)
+        return
+    folder, future = started
+    try:
+        yield future.result()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):
