@@ -103,6 +103,12 @@ TABLE = {
                              "request, against compile time at the first request (not yet measured here)"),
         "mps": Default(OFF, _CUDA_ONLY),
     },
+    "packed_cfg": {
+        "cpu": Default(OFF, _CUDA_ONLY),
+        "cuda": Default(OFF, "not measured on a GPU yet: on by default once the GPU bench measures it faster than "
+                             "the stack without it (scripts/gpu_check.sh, stage packed)"),
+        "mps": Default(OFF, _CUDA_ONLY),
+    },
     "cuda_tf32": {
         "cpu": Default(OFF, _CUDA_ONLY),
         "cuda": Default(ON, "fp32 matmuls and the fp32 vocoder's convolutions on tensor cores; cudnn.benchmark "

@@ -53,9 +53,10 @@ import torch
 from fastpath import instance
 from fastpath.instance import WARNINGS_ATTR
 
-FEATURES = ("trimmed_cfg", "sliced_heads", "static_prefix", "batched_scoring", "batch_invariant", "prefix_kv_cache")
+FEATURES = ("trimmed_cfg", "sliced_heads", "static_prefix", "batched_scoring", "batch_invariant", "prefix_kv_cache",
+            "packed_cfg")
 FLAGS_ATTR = "_fastpath_loop"  # instance attribute: the set of switches that are on
-TRIMMED_LAYOUT = ("trimmed_cfg", "batch_invariant", "prefix_kv_cache")  # switches that run rows at own lengths
+TRIMMED_LAYOUT = ("trimmed_cfg", "batch_invariant", "prefix_kv_cache", "packed_cfg")  # rows at their own lengths
 GROUPED_LAYOUT = ("batch_invariant", "prefix_kv_cache")  # ... as batches of equal length; trimmed_cfg alone packs
 REFRESH_ATTR = "_fastpath_prefix_refresh"  # instance attribute: prefix_kv_cache's refresh interval in steps
 DEFAULT_REFRESH = 2  # the mildest staleness; agreement and speed per interval: fastpath-suite prefix, baselines/prefix_kv_cache.json
@@ -378,6 +379,8 @@ class Packed:
     gemm_rows: dict  # LLM weight shape -> rows of its GEMM where more than N (`padded_gemms`)
     embeds: torch.Tensor | None = None  # [1, N, H], static_prefix only
     buffers: dict = field(default_factory=dict)  # lean_llm's intermediates, kept for the layout's every step
+    documents: object = None  # packed_cfg: fastpath.gpu.packed.Documents, each row over its own keys (then
+    # attention_mask is a [1, 1, 1, 1] placeholder, unpacking unused, and no row count is measured)
 
 
 @dataclass
@@ -413,15 +416,24 @@ def packed_counts(model, c_lens, t_lens, sliced_heads: bool) -> Counts | None:
     return Counts(llm, {shape: n for shape, n in counts.items() if n > llm}, head_rows)
 
 
-def packed_layout(model, inputs_list, c_lens, t_lens, offsets, sliced_heads: bool = False) -> Packed | None:
+def packed_layout(model, inputs_list, c_lens, t_lens, offsets, sliced_heads: bool = False,
+                  documents: bool = False) -> Packed | None:
     """The Packed layout of a batch (see Packed); offsets: each item's first column in the packed logits. None
-    where no row count of the packed forward (or of the heads) gives stock's bits on this machine (`row_count`)."""
+    where no row count of the packed forward (or of the heads) gives stock's bits on this machine (`row_count`).
+    With `documents` (packed_cfg), rows attend over their own keys with FlexAttention: the forward's length is
+    rounded up to its block (one padding segment), and nothing claims stock's bits, so no row count is measured."""
     B, C, device = len(inputs_list), model.config.num_audio_codebook, model.device
     P = max(c_lens)
     segments = [(inp["input_ids"][0], inp["audio_mask"][0]) for inp in inputs_list]  # conditional: [C, c], [c]
     segments += [(inp["input_ids"][0, :, -t:], inp["audio_mask"][0, -t:]) for inp, t in zip(inputs_list, t_lens)]
     lengths = [ids.size(-1) for ids, _ in segments]
-    counts = packed_counts(model, c_lens, t_lens, sliced_heads)
+    if documents:
+        from fastpath.gpu import packed as varlen
+
+        n = varlen.packed_length(sum(lengths))
+        counts, P = Counts(n, {}, 2 * sum(t_lens) if sliced_heads else n), n  # one padding segment up to the block
+    else:
+        counts = packed_counts(model, c_lens, t_lens, sliced_heads)
     if counts is None:
         return None
     pad = counts.llm - sum(lengths)
@@ -432,12 +444,15 @@ def packed_layout(model, inputs_list, c_lens, t_lens, offsets, sliced_heads: boo
         lengths.append(n)
         pad -= n
     R = len(segments)
-    mask = torch.zeros((R, 1, P, P), dtype=torch.bool, device=device)
-    diagonal = torch.arange(P, device=device)
-    for r, n in enumerate(lengths):
-        real = n if r < 2 * B else 0
-        mask[r, :, :real, :real] = True  # a real row: all its own keys, as stock
-        mask[r, :, diagonal[real:], diagonal[real:]] = True  # padding queries: themselves only, as stock's
+    if documents:  # the attention reads the segments, not a mask
+        mask = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=device)
+    else:
+        mask = torch.zeros((R, 1, P, P), dtype=torch.bool, device=device)
+        diagonal = torch.arange(P, device=device)
+        for r, n in enumerate(lengths):
+            real = n if r < 2 * B else 0
+            mask[r, :, :real, :real] = True  # a real row: all its own keys, as stock
+            mask[r, :, diagonal[real:], diagonal[real:]] = True  # padding queries: themselves only, as stock's
     starts = torch.tensor([0] + lengths[:-1]).cumsum(0).tolist()  # packed position of each segment's first
     targets, items, kinds, frames = [], [], [], []
     for r in range(2 * B):
@@ -457,6 +472,7 @@ def packed_layout(model, inputs_list, c_lens, t_lens, offsets, sliced_heads: boo
         unpacking=Unpacking(tuple(starts), tuple(lengths), 2 * B),
         targets=targets.to(device), items=items.to(device), kinds=torch.cat(kinds).to(device),
         frames=frames.to(device), columns=columns.to(device), head_rows=counts.heads, gemm_rows=counts.gemms,
+        documents=varlen.Documents(varlen.document_ids(lengths[: 2 * B], counts.llm, device)) if documents else None,
     )
 
 
@@ -471,7 +487,14 @@ def packed_logits(model, packed: Packed, flags):
         embeds = model._prepare_embed_inputs(packed.input_ids, packed.audio_mask)  # [1, N, H]
         if "static_prefix" in flags:
             packed.embeds = embeds = embeds.clone()
-    if lean_llm_fits(model, embeds):
+    if packed.documents is not None:
+        if not model.llm.config._attn_implementation.startswith(PADDED_ATTENTION):  # else the rows see every key
+            raise RuntimeError(f"packed_cfg needs the LLM's attention to be fastpath's wrapper, and it is "
+                               f"{model.llm.config._attn_implementation!r}: revert packed_cfg before changing the "
+                               f"attention implementation, then apply it again")
+        hidden = model.llm(inputs_embeds=embeds, attention_mask=packed.attention_mask, return_dict=True,
+                           position_ids=packed.position_ids, fastpath_documents=packed.documents)[0]
+    elif lean_llm_fits(model, embeds):
         hidden = lean_llm(model, embeds, packed)
     else:
         with padded_gemms(model, packed.gemm_rows, packed.input_ids.size(-1)):
@@ -844,6 +867,13 @@ def unmask_batched(model, tokens, logits, ks, t_lens, offsets, gen_config, layer
     tokens[index] = torch.where(chosen.view(-1, C, T), pred_tokens, sample_tokens)
 
 
+def packed_devices() -> tuple:
+    """Where packed_cfg changes the layout (fastpath.gpu.packed.PACKED_DEVICES; the CPU tests widen it)."""
+    from fastpath.gpu import packed
+
+    return packed.PACKED_DEVICES
+
+
 def generate_iterative(model, task, gen_config):
     """Drop-in for `OmniVoice._generate_iterative(task, gen_config)`; returns a list of [C, t_len] tokens."""
     switched_on = model.__dict__.get(FLAGS_ATTR, set())
@@ -863,11 +893,13 @@ def generate_iterative(model, task, gen_config):
     t_lens = list(task.target_lens)
     offsets = [sum(t_lens[:i]) for i in range(B)]
     packed = None
+    varlen = "packed_cfg" in flags and device.type in packed_devices()
     if set(GROUPED_LAYOUT) & flags:
         layout = trimmed_groups(model, inputs_list, c_lens, t_lens, own_width="batch_invariant" in flags,
                                 by_start="prefix_kv_cache" in flags)
-    elif "trimmed_cfg" in flags:
-        packed, layout = packed_layout(model, inputs_list, c_lens, t_lens, offsets, "sliced_heads" in flags), []
+    elif varlen or "trimmed_cfg" in flags:
+        packed = packed_layout(model, inputs_list, c_lens, t_lens, offsets, "sliced_heads" in flags, varlen)
+        layout = []
         if packed is None:  # no exact row count here: stock's layout for this call
             note_once(model)
             layout = padded_groups(model, inputs_list, c_lens, t_lens)
@@ -905,7 +937,12 @@ def padded_key_attention(inner: str):
     """An attention function that zero-pads keys/values up to the mask's width, then calls `inner`."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    def attention(module, query, key, value, attention_mask, fastpath_unpacking=None, **kwargs):
+    def attention(module, query, key, value, attention_mask, fastpath_unpacking=None, fastpath_documents=None,
+                  **kwargs):
+        if fastpath_documents is not None:  # packed_cfg: each row over its own keys (fastpath.gpu.packed)
+            from fastpath.gpu.packed import document_attention
+
+            return document_attention(module, query, key, value, fastpath_documents, **kwargs)
         if fastpath_unpacking is not None:
             return unpacked_attention(inner, module, query, key, value, attention_mask, fastpath_unpacking, **kwargs)
         # query: [G, heads, L, d]; key/value: [G, kv_heads, L, d]; attention_mask: [G, 1, L, P], P >= L

@@ -164,6 +164,13 @@ PATCHES.update(_register(
         _lazy("fastpath.gpu.compiled:compile_vocoder", mode="default"), _lazy("fastpath.gpu.compiled:uncompile_vocoder"),
     ),
     Patch(
+        "packed_cfg", False, ("cuda",), LOOP_RELIES_ON,
+        "Every row of a step (conditional and unconditional, every item of a batch) packed into one forward at its "
+        "own length, each attending over its own keys (FlexAttention, document block mask); the packed length "
+        "rounded up to 128.",
+        *_loop("packed_cfg"),
+    ),
+    Patch(
         "cuda_tf32", False, ("cuda",), GPU_LLM_RELIES_ON[:1] + DECODE_RELIES_ON,
         "TF32 for float32 matmuls and cuDNN convolutions, cudnn.benchmark off (process-global; previous values "
         "restored on revert).",

@@ -7,8 +7,8 @@ a later folder's stage replacing an earlier one's):
     steps.jsonl                 one line per step run: {"step", "exit", "limit_s", "seconds", "call"} (the last line
                                 of a step counts)
     parity.xml, speed.xml       pytest's junit reports of `pytest -m cuda tests_parity` / `tests_speed` (stage 3)
-    bench.json, batching.json   `fastpath-suite bench --out` of stages 4 and 4b: every sample of every point and
-                                variant, the machine
+    bench.json, batching.json,  `fastpath-suite bench --out` of stages 4, 4b and 4c: every sample of every point
+    packed.json                 and variant, the machine
     stream-gpu-*/streaming.json `fastpath-suite stream --out` of stage 5: every round of every point and variant
 
 The machine the file is filed under: this one's GPU when torch sees CUDA (the script records at its end, on the
@@ -31,7 +31,7 @@ from harness.false_alarms import junit_counts
 
 KIND = "gpu-check"
 TIERS = ("parity", "speed")
-BENCHES = ("bench", "batching")
+BENCHES = ("bench", "batching", "packed")
 
 
 def read_steps(folder: Path) -> dict:

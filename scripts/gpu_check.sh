@@ -6,12 +6,13 @@
 #   4. benchmark stock eager fp32 and bf16, the GPU stack, and the full preset (GPU stack + 12 steps), and write
 #      the samples as this device's speed baseline, <device key>.json
 #   4b. the same for 8 mixed-length utterances, one batch against one call each (the batching target)
+#   4c. packed CFG: the GPU stack with and without packed_cfg (and stock), batch 1 and a mixed batch of 8
 #   5. streaming: time to first audio and underruns of fastpath.stream vs one generate call, full size,
 #      bf16, with the GPU defaults applied once (all four stream points), and stock eager (the six-sentence clone)
 #   6. results: one "gpu-check" results file (harness/gpu_check.py: test counts per tier from the junit reports,
 #      bench samples, streaming rounds, each step's exit status) into $RESULTS (default $OUT/results, so it comes
 #      back with the other files; copy results/gpu-check/*.json into the checkout's results/)
-# STAGES picks stages 3-5 (default all: "3 4 4b 5"); stages 1-2 and 6 always run. All of them exceed one call's 10
+# STAGES picks stages 3-5 (default all: "3 4 4b 4c 5"); stages 1-2 and 6 always run. All of them exceed one call's 10
 # minutes since stage 5 joined: run "3 4 4b" and "5" as two calls, e.g. STAGES=5 fastpath-suite gpu-check; each
 # call's results file then holds its own stages only. To record both calls as one results file, fetch both
 # folders and gather them here (this checkout's commit; the GPU named by their bench and streaming files):
@@ -40,9 +41,9 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD" FASTPATH_CACHE=${FASTPATH_CACHE:-/tm
 PY=${PYTHON:-python3}
 T0=$(date +%s)
 stage() { echo; echo "=== [+$(( $(date +%s) - T0 ))s] $*"; }
-want() { [[ " ${STAGES:-3 4 4b 5} " == *" $1 "* ]]; }
+want() { [[ " ${STAGES:-3 4 4b 4c 5} " == *" $1 "* ]]; }
 CALL=""  # this call as a command line: the settings that change what it measures, then the verb
-for var in STAGES PYTEST_LIMIT BENCH_LIMIT BATCH_LIMIT STREAM_LIMIT STREAM_STOCK_LIMIT; do
+for var in STAGES PYTEST_LIMIT BENCH_LIMIT BATCH_LIMIT PACKED_LIMIT STREAM_LIMIT STREAM_STOCK_LIMIT; do
   if [ -n "${!var:-}" ]; then CALL="$CALL$var='${!var}' "; fi
 done
 CALL="${CALL}fastpath-suite gpu-check"
@@ -120,7 +121,15 @@ want 4b && rm -f "$OUT/batching.json" && timeout "${BATCH_LIMIT:-60}" $PY -m har
 rc=$?; want 4b && step batching $rc "${BATCH_LIMIT:-60}" "$t"
 echo "batching bench exit $rc"; tail -n 12 "$OUT/batching.log"
 
-stage "5 streaming: time to first audio and underruns (issue 16)"
+stage "4c packed CFG: the GPU stack with and without packed_cfg, batch 1 and a mixed batch of 8"
+t=$(date +%s)
+want 4c && rm -f "$OUT/packed.json" && timeout "${PACKED_LIMIT:-120}" $PY -m harness.speed.bench --size full \
+  --device cuda --points clone6-medium-32 clone3-mixed8-16 --variants stock@bf16 gpu@bf16 gpu-packed@bf16 \
+  --rounds 3 --out "$OUT/packed.json" >"$OUT/packed.log" 2>&1
+rc=$?; want 4c && step packed $rc "${PACKED_LIMIT:-120}" "$t"
+echo "packed bench exit $rc"; tail -n 12 "$OUT/packed.log"
+
+stage "5 streaming: time to first audio and underruns"
 if want 5; then
   t=$(date +%s); rm -f "$OUT/stream-gpu-defaults/streaming.json"
   timeout "${STREAM_LIMIT:-90}" $PY -m harness.speed.streaming --size full --device cuda --dtype bfloat16 \

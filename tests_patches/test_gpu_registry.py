@@ -47,7 +47,7 @@ def test_gpu_patches_are_registered_as_tolerance_checked_cuda_patches():
     for name in GPU_PATCHES:
         patch = fastpath.PATCHES[name]
         assert not patch.lossless and patch.devices == ("cuda",), name
-    assert set(GPU_PATCHES) == {"cuda_graphs", *COMPILED_LLM, "compiled_vocoder", "cuda_tf32"}
+    assert set(GPU_PATCHES) == {"cuda_graphs", *COMPILED_LLM, "compiled_vocoder", "packed_cfg", "cuda_tf32"}
     assert set(PROCESS_GLOBAL) <= set(GPU_PATCHES)
     for name, patch in fastpath.PATCHES.items():  # conflicts are declared both ways
         for other in patch.conflicts:

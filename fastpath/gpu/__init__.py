@@ -5,6 +5,8 @@
 - `compiled_llm`, `compiled_llm_reduce_overhead`, `compiled_llm_max_autotune` (compiled.py): `torch.compile`
   of the LLM backbone in one of its modes, inputs bucketed the same way.
 - `compiled_vocoder` (compiled.py): `torch.compile` of the audio tokenizer's `decode`.
+- `packed_cfg` (packed.py): every row of a step in one forward at its own length, each row attending over its
+  own keys with FlexAttention and a document block mask (the loop's packed layout, `fastpath.loop`).
 - `cuda_tf32` (flags.py): TF32 matmuls and convolutions, `cudnn.benchmark` off; process-global, so the previous
   values are kept on the model and put back on revert.
 

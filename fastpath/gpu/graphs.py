@@ -12,6 +12,10 @@ Calls that are not on CUDA, need gradients, run inside another capture, or carry
 handle go to the stock forward unchanged; a shape whose capture fails runs eagerly, is counted, and is captured
 again on a later call (at most CAPTURE_TRIES times in all).
 
+Packed calls (packed_cfg: embeddings [1, N, H], positions [1, N], the segment of each position in
+`fastpath_documents`) are keyed by N, already a multiple of FlexAttention's block; their static inputs are the
+embeddings, positions and segment ids, and the block mask is rebuilt from the static ids inside the graph.
+
 Weights: a graph reads the parameters and buffers at the addresses they had at capture. The key holds a number
 for the set of storages the LLM has (`Weights`): each call compares every parameter's and buffer's address with
 the last seen (one C++ call over the tensors, as torch.compile's CUDA graphs check theirs; no walk of the module
@@ -55,7 +59,8 @@ _CAPTURE_LOCK = threading.Lock()  # one capture at a time in the process (torch.
 
 @dataclass
 class Captured:
-    """One shape's graph and its static buffers: embeds [G, Lb, H], mask [G, 1, Lb, Pb], hidden [G, Lb, H]."""
+    """One shape's graph and its static buffers: embeds [G, Lb, H], mask [G, 1, Lb, Pb], hidden [G, Lb, H]; for a
+    packed call (packed_cfg) embeds [1, N, H], a [1, 1, 1, 1] mask, positions [1, N] and documents [N]."""
 
     graph: object | None  # torch.cuda.CUDAGraph (or a test double with .replay()); None: capture failed, run eagerly
     embeds: torch.Tensor | None
@@ -64,6 +69,9 @@ class Captured:
     seconds: float  # fill + warm-up + capture, device synchronised
     error: str | None = None
     tries: int = 1
+    positions: torch.Tensor | None = None  # packed calls only
+    documents: torch.Tensor | None = None  # packed calls only: the segment of each position (its block mask is
+    # built inside the graph from these, so a replay needs only the new ids)
 
 
 def capture_cuda_graph(run: Callable, pool) -> tuple:
@@ -140,6 +148,39 @@ class Weights:
         self.indices, self.seen = list(range(len(tensors))), _registrations.count
         return self.number
 
+@dataclass
+class PackedCall:
+    """What a packed call (packed_cfg) adds to the embeddings: positions [1, N] and the segment ids [N]."""
+
+    positions: torch.Tensor
+    ids: torch.Tensor
+
+
+PACKED_KWARGS = {"inputs_embeds", "attention_mask", "position_ids", "fastpath_documents", "return_dict", "use_cache"}
+
+
+def packed_call_length(args: tuple, kwargs: dict):
+    """N for a packed call the graphs can replay (keyword-only; embeddings [1, N, H]; positions [1, N]; documents
+    of N ids; no KV cache asked for), else None."""
+    documents = kwargs.get("fastpath_documents")
+    if documents is None or args or not set(kwargs) <= PACKED_KWARGS or kwargs.get("use_cache") \
+            or kwargs.get("return_dict") is False:
+        return None
+    embeds, positions = kwargs.get("inputs_embeds"), kwargs.get("position_ids")
+    if not (isinstance(embeds, torch.Tensor) and isinstance(positions, torch.Tensor)) or embeds.dim() != 3:
+        return None
+    N = embeds.shape[1]
+    if embeds.shape[0] != 1 or tuple(positions.shape) != (1, N) or documents.ids.shape != (N,):
+        return None
+    return N
+
+
+def fill_packed(embeds: torch.Tensor, call: PackedCall, static: Captured) -> None:
+    static.embeds.copy_(embeds)
+    static.positions.copy_(call.positions)
+    static.documents.copy_(call.ids)
+
+
 def _capturing(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
@@ -188,7 +229,8 @@ class GraphedForward:
         self.weights.close()
 
     def __call__(self, *args, **kwargs):
-        shape = llm_call_shape(args, kwargs)
+        packed = packed_call_length(args, kwargs)
+        shape = llm_call_shape(args, kwargs) if packed is None else (1, packed, packed)
         embeds = kwargs.get("inputs_embeds")
         if shape is None or embeds.device.type not in self.devices or torch.is_grad_enabled() \
                 or _capturing(embeds.device):
@@ -196,6 +238,8 @@ class GraphedForward:
             return self.inner(*args, **kwargs)
         rows, length, keys = shape
         mask = kwargs["attention_mask"]
+        call = PackedCall(kwargs["position_ids"], kwargs["fastpath_documents"].ids) if packed else None
+        attention = self.llm.config._attn_implementation + ("|packed" if packed else "")
         with self.lock:
             weights = self.weights.generation()
             if weights != self.graphs_weights:
@@ -203,22 +247,27 @@ class GraphedForward:
                     self.recaptures += 1
                     self.cache.clear()  # every graph reads the old storages
                 self.graphs_weights = weights
-            key = graph_key(rows, length, keys, embeds.dtype, embeds.device, self.llm.config._attn_implementation,
-                            self.buckets, weights)
+            # a packed length is already a multiple of the FlexAttention block: its own key, not bucketed again
+            key = GraphKey(1, length, length, str(embeds.dtype), str(embeds.device), attention, weights) if packed \
+                else graph_key(rows, length, keys, embeds.dtype, embeds.device, attention, self.buckets, weights)
             known = key in self.cache
-            entry = self.cache.get_or_create(key, lambda: self._capture(key, embeds, mask))
+            entry = self.cache.get_or_create(key, lambda: self._capture(key, embeds, mask, call=call))
             if known and entry.graph is None and entry.tries < CAPTURE_TRIES:  # failed on an earlier call: again
-                entry = self._capture(key, embeds, mask, tries=entry.tries + 1)
+                entry = self._capture(key, embeds, mask, tries=entry.tries + 1, call=call)
                 self.cache.replace(key, entry)
             if entry.graph is not None:
-                return self._replay(entry, embeds, mask, length)
+                return self._replay(entry, embeds, mask, length, call)
         return self.inner(*args, **kwargs)  # this shape's capture failed: eagerly, outside the lock
 
-    def _replay(self, entry: Captured, embeds: torch.Tensor, mask: torch.Tensor, length: int) -> torch.Tensor:
+    def _replay(self, entry: Captured, embeds: torch.Tensor, mask: torch.Tensor, length: int,
+                call: PackedCall | None = None) -> torch.Tensor:
         on_cuda = embeds.device.type == "cuda"
         if on_cuda and self.last is not None:
             torch.cuda.current_stream(embeds.device).wait_event(self.last)  # another stream's replay is done
-        fill_padded(embeds, mask, entry.embeds, entry.mask)
+        if call is None:
+            fill_padded(embeds, mask, entry.embeds, entry.mask)
+        else:
+            fill_packed(embeds, call, entry)
         entry.graph.replay()
         out = hidden_output(entry.hidden, length)
         if on_cuda:
@@ -226,22 +275,38 @@ class GraphedForward:
             self.last.record(torch.cuda.current_stream(embeds.device))
         return out
 
-    def _capture(self, key: GraphKey, embeds: torch.Tensor, mask: torch.Tensor, tries: int = 1) -> Captured:
+    def _capture(self, key: GraphKey, embeds: torch.Tensor, mask: torch.Tensor, tries: int = 1,
+                 call: PackedCall | None = None) -> Captured:
         with _CAPTURE_LOCK:
-            return self._capture_alone(key, embeds, mask, tries)
+            return self._capture_alone(key, embeds, mask, tries, call)
 
-    def _capture_alone(self, key: GraphKey, embeds: torch.Tensor, mask: torch.Tensor, tries: int) -> Captured:
+    def _capture_alone(self, key: GraphKey, embeds: torch.Tensor, mask: torch.Tensor, tries: int,
+                       call: PackedCall | None) -> Captured:
+        from fastpath.gpu.packed import Documents
+
         device = embeds.device
         synchronize(device)
         start = time.perf_counter()
+        static = Captured(None, None, None, None, 0.0)  # the static inputs, filled with this call's real data
         with torch.inference_mode(False):  # normal tensors: writable from inside and outside inference mode
-            static_embeds = torch.empty((key.rows, key.length, embeds.shape[-1]), dtype=embeds.dtype, device=device)
-            static_mask = torch.empty((key.rows, 1, key.length, key.keys), dtype=torch.bool, device=device)
-        fill_padded(embeds, mask, static_embeds, static_mask)  # warm up and capture on this call's real data
+            static.embeds = torch.empty((key.rows, key.length, embeds.shape[-1]), dtype=embeds.dtype, device=device)
+            if call is None:
+                static.mask = torch.empty((key.rows, 1, key.length, key.keys), dtype=torch.bool, device=device)
+            else:
+                static.mask = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=device)
+                static.positions, static.documents = torch.empty_like(call.positions), torch.empty_like(call.ids)
+        if call is None:
+            fill_padded(embeds, mask, static.embeds, static.mask)
+        else:
+            fill_packed(embeds, call, static)
 
         def run():
-            return self.inner(inputs_embeds=static_embeds, attention_mask=static_mask, position_ids=None,
-                              return_dict=True, use_cache=False)[0]
+            if call is None:
+                return self.inner(inputs_embeds=static.embeds, attention_mask=static.mask, position_ids=None,
+                                  return_dict=True, use_cache=False)[0]
+            # the block mask is built from the static ids inside the graph (tensor ops, no host sync)
+            return self.inner(inputs_embeds=static.embeds, attention_mask=static.mask, position_ids=static.positions,
+                              fastpath_documents=Documents(static.documents), return_dict=True, use_cache=False)[0]
 
         try:
             if self.pool is None and device.type == "cuda":
@@ -255,7 +320,8 @@ class GraphedForward:
                              tries)
         else:
             synchronize(device)
-            entry = Captured(graph, static_embeds, static_mask, hidden, time.perf_counter() - start, None, tries)
+            entry = Captured(graph, static.embeds, static.mask, hidden, time.perf_counter() - start, None, tries,
+                             static.positions, static.documents)
         self.captures.append((key, entry.seconds, entry.error))
         return entry
 

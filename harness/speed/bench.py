@@ -85,6 +85,7 @@ def variant_table(device: str) -> dict:
         "prefix-kv": (tuple(fastpath.LOSSLESS) + ("prefix_kv_cache",), {}),  # default refresh interval
         "gpu": (tuple(gpu), {}),
         "preset": (tuple(gpu), dict(fastpath.FULL_PRESET)),
+        "gpu-packed": (tuple(gpu) + ("packed_cfg",), {}),  # the stack with packed CFG (off by default until measured)
         "gpu-compiled": (_replace_graphs(gpu, "compiled_llm"), {}),
         "gpu-reduce-overhead": (_replace_graphs(gpu, "compiled_llm_reduce_overhead"), {}),
         "gpu-max-autotune": (_replace_graphs(gpu, "compiled_llm_max_autotune"), {}),
