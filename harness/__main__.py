@@ -21,6 +21,7 @@ VERBS = {
     "compare": ("harness.speed.compare:main", "compare two speed runs or baselines point by point"),
     "history": ("harness.speed.history:main", "nightly speed history: append a night, find changes, the page"),
     "stream": ("harness.speed.streaming:main", "streaming: time to first audio and underruns against generate"),
+    "memory": ("harness.speed.service:main", "memory over long service: many generate calls of mixed lengths"),
     "prefix": ("harness.speed.prefix:main", "the approximate prefix-KV cache: speed and how far tokens drift"),
     "stability": ("harness.speed.under_load:main", "how often the 'unstable timing' rule fires, quiet and under load"),
     "simulate": ("harness.quality.simulate:main", "the quality gate's pass rates on simulated data of known truth"),

@@ -12,6 +12,12 @@ as a sha256 after). Compared bit for bit; the report names the setting, the scor
 item) and the first differing element.
 
     fastpath-suite behaviour OUT.pt       # record the installed omnivoice's behaviour on the tiny checkpoint
+    fastpath-suite behaviour OUT.pt --device cuda --dtype bf16   # ... where a service runs it (the gate's --device)
+
+On CUDA the recording runs in deterministic settings (torch.use_deterministic_algorithms, a fixed cuBLAS
+workspace, TF32 and cudnn.benchmark off), so two versions' records compare bit for bit; a release whose change shows
+only in bf16 on CUDA (0.2.1 fixed flex attention running in fp32 under bf16) is seen only there. A record says its
+device and dtype, and records of another device or dtype are refused rather than compared.
 """
 
 from __future__ import annotations
@@ -89,19 +95,44 @@ def record_setting(model, name: str) -> dict:
         return {"error": f"{type(err).__name__}: {err}"}
 
 
-def record(path: str | Path, names=None) -> None:
-    """Record the grid with the installed omnivoice on the tiny test checkpoint into `path` (torch.save)."""
+DTYPES = ("fp32", "bf16", "fp16")
+DEVICES = ("cpu", "cuda")
+
+
+def deterministic(device: str) -> None:
+    """What makes a CUDA run repeat itself bit for bit (a fresh process: before its first cuBLAS call)."""
+    import os
+
+    import torch
+
+    if device == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+
+
+def record(path: str | Path, names=None, device: str = "cpu", dtype: str = "fp32") -> None:
+    """Record the grid with the installed omnivoice on the tiny test checkpoint, on `device` in `dtype`, into `path`
+    (torch.save)."""
     import importlib.metadata as md
 
     import torch
 
     from harness.checkpoint import build_checkpoint, load_model
 
-    model = load_model(build_checkpoint("tiny"))
+    deterministic(device)
+    model = load_model(build_checkpoint("tiny"), device=device,
+                       dtype={"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype])
     with tracing() as calls:
         settings = {n: record_setting(model, n) for n in names or GRID}
-    out = {"omnivoice": md.version("omnivoice"), "settings": settings, **calls}
+    out = {"omnivoice": md.version("omnivoice"), "device": device, "dtype": dtype, "settings": settings, **calls}
     torch.save(out, path)
+
+
+def where(record_: dict) -> tuple:
+    """(device, dtype) a record was made on (records from before the option: the CPU in fp32)."""
+    return record_.get("device", "cpu"), record_.get("dtype", "fp32")
 
 
 @contextlib.contextmanager
@@ -174,6 +205,9 @@ def compare(against: dict, candidate: dict) -> dict:
     """{setting: [differences in order]} for every setting that differs (empty dict: identical behaviour). Every
     field a record holds is compared, whatever its name (the top-level RECORD_META aside): a field added to
     from_run is compared without a change here (tests_harness/test_behaviour.py changes each field alone)."""
+    if where(against) != where(candidate):
+        raise ValueError(f"behaviour records of different runs: {'/'.join(where(against))} against "
+                         f"{'/'.join(where(candidate))}; record both with the same --device and --dtype")
     out = {}
     for name in sorted(set(against["settings"]) | set(candidate["settings"])):
         a, c = against["settings"].get(name), candidate["settings"].get(name)
@@ -189,7 +223,7 @@ def compare(against: dict, candidate: dict) -> dict:
     return out
 
 
-RECORD_META = ("omnivoice", "called", "under_patched")  # a record's top level besides "settings": the version and
+RECORD_META = ("omnivoice", "device", "dtype", "called", "under_patched")  # a record's top level besides "settings": the version and
 # the call trace, which mark fingerprint changes (harness.gate.package_changes) and are not behaviour
 
 
@@ -245,8 +279,10 @@ def main(argv=None) -> int:
     parser.add_argument("out", type=Path, help="file the record is written to (torch.save), e.g. out/behaviour.pt")
     parser.add_argument("--settings", nargs="+", default=None, choices=sorted(GRID), metavar="NAME",
                         help="record only these grid settings (default: the whole grid)")
+    parser.add_argument("--device", choices=DEVICES, default="cpu", help="where the grid runs (CUDA: deterministic)")
+    parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="the model's dtype")
     args = parser.parse_args(argv)
-    record(args.out, args.settings)
+    record(args.out, args.settings, args.device, args.dtype)
     print(f"written: {args.out}")
     return 0
 

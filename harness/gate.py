@@ -50,6 +50,7 @@ from fastpath.registry import relied_on
 from harness import REPO_ROOT, machine
 from harness import candidate as cand
 from harness import goldens as gold
+from harness.behaviour import DEVICES as GRID_DEVICES, DTYPES as GRID_DTYPES
 from harness import results as result_files
 from harness.cli import int_at_least
 from harness.progress import Progress, clock
@@ -318,12 +319,13 @@ def check_fingerprints(env, against, versions, out: Path, traces: list | None = 
     return check
 
 
-def run_behaviour(env, out: Path, tag: str) -> dict:
+def run_behaviour(env, out: Path, tag: str, device: str = "cpu", dtype: str = "fp32") -> dict:
     import torch
 
     path = out / f"behaviour-{tag}.pt"
     path.unlink(missing_ok=True)  # never read a stale file from an earlier run
-    done = env.run(["-m", "harness.behaviour", path], timeout=1800, log=out / f"behaviour-{tag}.log")
+    done = env.run(["-m", "harness.behaviour", path, "--device", device, "--dtype", dtype], timeout=1800,
+                   log=out / f"behaviour-{tag}.log")
     if done.returncode != 0 or not path.is_file():
         raise GateStepError(f"recording behaviour failed in the {tag} environment; see {out / f'behaviour-{tag}.log'}")
     return torch.load(path, weights_only=False)
@@ -334,7 +336,9 @@ def check_behaviour(records: dict, versions, accepted: dict) -> Check:
 
     theirs, mine = records["against"], records["candidate"]
     differences = behaviour.compare(theirs, mine)
-    return rule_behaviour(differences, accepted, len(set(theirs["settings"]) | set(mine["settings"])), versions)
+    check = rule_behaviour(differences, accepted, len(set(theirs["settings"]) | set(mine["settings"])), versions)
+    check.details.append("grid recorded on {} in {} by both versions".format(*behaviour.where(mine)))
+    return check
 
 
 def run_goldens(env, out: Path) -> dict:
@@ -496,7 +500,8 @@ class GateStepError(RuntimeError):
 
 def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, rtf_rounds: int = 0,
              checkpoint: str | None = None, fresh: bool = False, command: str = "", log=print,
-             parity_select: str | None = None, accepted: dict | None = None, progress: Progress | None = None) -> dict:
+             parity_select: str | None = None, accepted: dict | None = None, progress: Progress | None = None,
+             device: str = "cpu", dtype: str = "fp32") -> dict:
     """log: one line per environment prepared and per check started (with a counter and the elapsed time);
     progress: a Progress whose "checks" stage counts the finished checks (none: nothing)."""
     start = time.perf_counter()
@@ -525,7 +530,8 @@ def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, r
 
         def behaviour_records():  # recorded once, used by the behaviour check and to mark fingerprint changes
             if not records:
-                records.update(against=run_behaviour(against, out, "against"), candidate=run_behaviour(env, out, "candidate"))
+                records.update(against=run_behaviour(against, out, "against", device, dtype),
+                               candidate=run_behaviour(env, out, "candidate", device, dtype))
             return records
 
         steps = {
@@ -665,6 +671,11 @@ def main(argv=None) -> int:
     parser.add_argument("--accept", action="append", default=[], metavar="SETTING=REASON",
                         help="accept a reviewed behaviour change at one grid setting ('*' for all), with the reason "
                              "the verdict records; repeatable")
+    parser.add_argument("--device", choices=GRID_DEVICES, default="cpu",
+                        help="where the behaviour grid runs, both versions alike (cuda: deterministic settings): the "
+                             "device your service runs on")
+    parser.add_argument("--dtype", choices=GRID_DTYPES, default="fp32",
+                        help="the dtype of the behaviour grid's model (e.g. bf16 with --device cuda)")
     result_files.add_arguments(parser)
     args = parser.parse_args(argv)
     progress = Progress("gate", quiet=args.quiet)
@@ -681,7 +692,7 @@ def main(argv=None) -> int:
                    else shlex.join(["fastpath-suite", "gate", *(sys.argv[1:] if argv is None else argv)]))
         report = run_gate(args.candidate, args.against, out, args.checks, args.rtf_rounds, args.checkpoint,
                           args.fresh, command, log=progress.say, parity_select=args.parity_k, accepted=accepted,
-                          progress=progress)
+                          progress=progress, device=args.device, dtype=args.dtype)
     except cand.CandidateError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

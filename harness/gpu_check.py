@@ -9,6 +9,7 @@ a later folder's stage replacing an earlier one's):
     parity.xml, speed.xml       pytest's junit reports of `pytest -m cuda tests_parity` / `tests_speed` (stage 3)
     bench.json, batching.json,  `fastpath-suite bench --out` of stages 4, 4b and 4c: every sample of every point
     packed.json                 and variant, the machine
+    memory/memory.json          `fastpath-suite memory --out` of stage 4d: the MiB after every call, the verdict
     stream-gpu-*/streaming.json `fastpath-suite stream --out` of stage 5: every round of every point and variant
 
 The machine the file is filed under: this one's GPU when torch sees CUDA (the script records at its end, on the
@@ -91,6 +92,11 @@ def gather(folders) -> tuple:
         for path in sorted(folder.glob("stream-*/streaming.json")):
             figures["stream"][path.parent.name] = stream_figures(path)
             machine = machine or json.loads(path.read_text()).get("machine")
+        if (folder / "memory" / "memory.json").is_file():
+            data = json.loads((folder / "memory" / "memory.json").read_text())
+            figures["memory"] = {k: data.get(k) for k in ("command", "checkpoint", "patches", "calls", "asked",
+                                                          "warmup", "num_step", "series", "verdict")}
+            machine = machine or data.get("machine")
     if not (figures["steps"] or figures["tests"] or figures["bench"] or figures["stream"]):
         raise FileNotFoundError(f"nothing of the GPU script in {', '.join(map(str, folders))} (no steps.jsonl, "
                                 "junit report, bench.json or streaming.json)")
@@ -230,6 +236,20 @@ def render_stream(name: str, stream: dict, step: dict | None) -> list:
     return lines
 
 
+def render_memory(memory: dict, step: dict | None) -> list:
+    """Memory over long service (harness.speed.service): each series after the warm-up and after the last call."""
+    w = memory["warmup"]
+    lines = [f"Memory over {memory['calls']} generate calls of mixed lengths (`{cell(memory['command'])}`; "
+             f"exit {exit_text(step)}; warm-up {w} calls):", "",
+             "| series | MiB after the warm-up | MiB after the last call | growth MiB | bound MiB | verdict |",
+             "|---|---|---|---|---|---|"]
+    for name, v in memory["verdict"].items():
+        values = memory["series"][name]
+        lines.append(f"| {name} | {values[w - 1]:.1f} | {values[-1]:.1f} | {v['growth_mib']:+.1f} | {v['bound_mib']} | "
+                     f"{'flat' if v['flat'] else 'grows'} |")
+    return lines
+
+
 def render_results(figures: dict) -> str:
     """A gpu-check results file's figures as markdown: test counts per tier, bench medians per point and
     variant (speedups judged by harness.speed.stability), streaming TTFA and underruns."""
@@ -240,8 +260,10 @@ def render_results(figures: dict) -> str:
         parts.append(render_bench(name, bench, figures["steps"].get(name)))
     for name, stream in figures["stream"].items():
         parts.append(render_stream(name, stream, figures["steps"].get(name)))
+    if figures.get("memory"):
+        parts.append(render_memory(figures["memory"], figures["steps"].get("memory")))
     missing = [s for s in figures["steps"] if s not in figures["tests"] and s not in figures["bench"]
-               and s not in figures["stream"]]
+               and s not in figures["stream"] and not (s == "memory" and figures.get("memory"))]
     if missing:
         parts.append(["Ran without leaving a result file: "
                       + ", ".join(f"{s} (exit {exit_text(figures['steps'][s])})" for s in missing) + "."])

@@ -7,13 +7,14 @@
 #      the samples as this device's speed baseline, <device key>.json
 #   4b. the same for 8 mixed-length utterances, one batch against one call each (the batching target)
 #   4c. packed CFG: the GPU stack with and without packed_cfg (and stock), batch 1 and a mixed batch of 8
+#   4d. memory over long service: allocated and reserved MiB after each of 1,000 generate calls of mixed lengths
 #   5. streaming: time to first audio and underruns of fastpath.stream vs one generate call, full size,
 #      bf16, with the GPU defaults applied once (all four stream points), and stock eager (the six-sentence clone)
 #   6. results: one "gpu-check" results file (harness/gpu_check.py: test counts per tier from the junit reports,
 #      bench samples, streaming rounds, each step's exit status) into $RESULTS (default $OUT/results, so it comes
 #      back with the other files; copy results/gpu-check/*.json into the checkout's results/)
-# STAGES picks stages 3-5 (default all: "3 4 4b 4c 5"); stages 1-2 and 6 always run. All of them exceed one call's 10
-# minutes since stage 5 joined: run "3 4 4b" and "5" as two calls, e.g. STAGES=5 fastpath-suite gpu-check; each
+# STAGES picks stages 3-5 (default all: "3 4 4b 4c 4d 5"); stages 1-2 and 6 always run. All of them exceed one call's 10
+# minutes since stage 5 joined: run "3 4 4b" and "4c 4d 5" as two calls, e.g. STAGES="4c 4d 5" fastpath-suite gpu-check; each
 # call's results file then holds its own stages only. To record both calls as one results file, fetch both
 # folders and gather them here (this checkout's commit; the GPU named by their bench and streaming files):
 #   fastpath-suite gpu-check --gather DIR [DIR ...]      (RESULTS=DIR: where to write, default results/)
@@ -41,9 +42,9 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD" FASTPATH_CACHE=${FASTPATH_CACHE:-/tm
 PY=${PYTHON:-python3}
 T0=$(date +%s)
 stage() { echo; echo "=== [+$(( $(date +%s) - T0 ))s] $*"; }
-want() { [[ " ${STAGES:-3 4 4b 4c 5} " == *" $1 "* ]]; }
+want() { [[ " ${STAGES:-3 4 4b 4c 4d 5} " == *" $1 "* ]]; }
 CALL=""  # this call as a command line: the settings that change what it measures, then the verb
-for var in STAGES PYTEST_LIMIT BENCH_LIMIT BATCH_LIMIT PACKED_LIMIT STREAM_LIMIT STREAM_STOCK_LIMIT; do
+for var in STAGES PYTEST_LIMIT BENCH_LIMIT BATCH_LIMIT PACKED_LIMIT MEMORY_LIMIT STREAM_LIMIT STREAM_STOCK_LIMIT; do
   if [ -n "${!var:-}" ]; then CALL="$CALL$var='${!var}' "; fi
 done
 CALL="${CALL}fastpath-suite gpu-check"
@@ -128,6 +129,14 @@ want 4c && rm -f "$OUT/packed.json" && timeout "${PACKED_LIMIT:-120}" $PY -m har
   --rounds 3 --out "$OUT/packed.json" >"$OUT/packed.log" 2>&1
 rc=$?; want 4c && step packed $rc "${PACKED_LIMIT:-120}" "$t"
 echo "packed bench exit $rc"; tail -n 12 "$OUT/packed.log"
+
+stage "4d memory over long service: 1,000 generate calls of mixed lengths with the GPU stack (goal: flat)"
+t=$(date +%s)
+want 4d && rm -rf "$OUT/memory" && timeout -s INT -k 20 "${MEMORY_LIMIT:-240}" $PY -m harness.speed.service \
+  --size full --device cuda --dtype bfloat16 --apply defaults --calls 1000 --warmup 50 --quiet \
+  --out "$OUT/memory" >"$OUT/memory.log" 2>&1
+rc=$?; want 4d && step memory $rc "${MEMORY_LIMIT:-240}" "$t"
+echo "memory exit $rc (1: grows; SIGINT at the limit keeps the calls measured)"; tail -n 6 "$OUT/memory.log"
 
 stage "5 streaming: time to first audio and underruns"
 if want 5; then

@@ -105,3 +105,19 @@ def test_the_grid_record_holds_settings_and_the_meta_fields_only(tmp_path):
     rec = torch.load(path, weights_only=False)
     assert set(rec) == {"settings", *behaviour.RECORD_META}, sorted(rec)
     assert list(rec["settings"]) == ["one_word"] and rec["called"], rec["called"][:5]
+
+
+@pytest.mark.cpu
+def test_a_record_says_its_device_and_dtype_and_another_dtype_is_refused(tmp_path):
+    """The grid in bf16 (the gate's --dtype): the record says where it ran, it repeats itself, its numbers are not
+    fp32's, and a comparison against an fp32 record is refused naming the option instead of reported as a change."""
+    records = {}
+    for name, dtype in (("fp32", "fp32"), ("bf16", "bf16"), ("bf16-again", "bf16")):
+        behaviour.record(tmp_path / f"{name}.pt", names=["one_word"], dtype=dtype)
+        records[name] = torch.load(tmp_path / f"{name}.pt", weights_only=False)
+    assert behaviour.where(records["bf16"]) == ("cpu", "bf16")
+    assert behaviour.compare(records["bf16"], records["bf16-again"]) == {}
+    as_fp32 = dict(records["bf16"], dtype="fp32")  # bf16 numbers under an fp32 label: they differ from fp32's
+    assert behaviour.compare(records["fp32"], as_fp32), "bf16 recorded the same numbers as fp32"
+    with pytest.raises(ValueError, match="same --device and --dtype"):
+        behaviour.compare(records["fp32"], records["bf16"])

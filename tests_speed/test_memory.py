@@ -52,3 +52,47 @@ def test_cuda_memory_is_flat_over_repeated_calls(checkpoint, patches):
     growth = allocated[-1] - allocated[1]
     print(f"peak per generate {max(peaks):.0f} MiB; allocated after calls {[round(a, 1) for a in allocated]}")
     assert growth < CUDA_GROWTH_BOUND_MB, f"CUDA memory grew {growth:.2f} MiB over {CALLS - 2} calls"
+
+
+# --- memory over long service (harness.speed.service, `fastpath-suite memory`) -----------------------------------
+
+
+def test_the_verdict_judges_growth_after_the_warm_up_only():
+    from harness.speed import service
+
+    flat = {"allocated": [10.0, 50.0, 60.0, 60.0, 60.5], "reserved": [100.0, 300.0, 300.0, 300.0, 330.0]}
+    judged = service.verdict(flat, warmup=2)  # 50 -> 60.5 allocated: more than 1 MiB
+    assert judged["allocated"] == {"growth_mib": 10.5, "flat": False, "bound_mib": service.FLAT_MIB["allocated"]}
+    assert judged["reserved"]["flat"] and judged["reserved"]["growth_mib"] == 30.0
+    assert service.verdict(flat, warmup=3)["allocated"]["flat"]  # 60 -> 60.5 after a longer warm-up
+    with pytest.raises(ValueError, match="more --calls"):
+        service.verdict(flat, warmup=5)
+
+
+@pytest.mark.cpu
+def test_the_memory_command_records_every_call_and_says_the_verdict(tmp_path, capsys):
+    """On the CPU the resident set after every call; the exit status is the verdict (0 flat, 1 grows)."""
+    import json
+
+    from harness.speed import service
+
+    rc = service.main(["--out", str(tmp_path), "--size", "tiny", "--calls", "4", "--warmup", "2", "--num-step", "2",
+                       "--apply", "none", "--quiet"])
+    data = json.loads((tmp_path / "memory.json").read_text())
+    assert len(data["series"]["rss"]) == data["calls"] == 4 and data["patches"] == []
+    assert rc == (0 if data["verdict"]["rss"]["flat"] else 1), data["verdict"]
+    assert "rss:" in capsys.readouterr().out
+
+
+def test_the_gpu_results_show_the_memory_series(tmp_path):
+    from harness import gpu_check
+
+    (tmp_path / "memory").mkdir()
+    (tmp_path / "memory" / "memory.json").write_text(
+        '{"command": "fastpath-suite memory", "calls": 3, "warmup": 1, "num_step": 16, "patches": [], '
+        '"series": {"allocated": [5.0, 5.0, 9.0]}, "verdict": {"allocated": {"growth_mib": 4.0, "flat": false, '
+        '"bound_mib": 1.0}}}')
+    (tmp_path / "steps.jsonl").write_text('{"step": "memory", "exit": 1, "limit_s": 240, "seconds": 9, "call": "x"}\n')
+    figures, _ = gpu_check.gather([tmp_path])
+    text = gpu_check.render_results(figures)
+    assert "| allocated | 5.0 | 9.0 | +4.0 | 1.0 | grows |" in text and "without leaving" not in text, text
