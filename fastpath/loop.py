@@ -36,6 +36,11 @@ Opt in:
 - `prefix_kv_cache` (lossy): the conditional rows' prefix keys/values are reused between refresh steps
   (`prefix_cached_llm`).
 
+GPU tier (not bit-exact, `fastpath.gpu.packed`):
+- `packed_cfg`: trimmed_cfg's packed layout with each row attending over its own keys only (FlexAttention and a
+  document block mask) instead of being unpacked into stock's padded rows; active on PACKED_DEVICES (CUDA), inert
+  elsewhere.
+
 Everything else (schedule, scoring, Gumbel position sampling, the order random numbers are drawn in) is
 upstream's own code or follows it step for step, so the random stream and the per-step logits stay the same.
 """
