@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from harness.cli import int_at_least
+from harness.cli import add_model_arguments, int_at_least, load_model_of
 from harness.progress import Progress
 
 FLAT_MIB = {"allocated": 1.0, "reserved": 64.0, "rss": 48.0}  # growth after the warm-up still called flat: allocated
@@ -83,9 +83,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="fastpath-suite memory", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="folder for memory.json")
-    parser.add_argument("--size", default="tiny", help="test checkpoint size (tiny, full), or a checkpoint path")
-    parser.add_argument("--device", default="cpu", help="torch device")
-    parser.add_argument("--dtype", default=None, help="e.g. bfloat16 (default: the model's float32)")
+    add_model_arguments(parser, size="tiny")
     parser.add_argument("--apply", nargs="*", default=["defaults"],
                         help="patch names, 'defaults' (fastpath.defaults on the device), or none for stock")
     parser.add_argument("--calls", type=int_at_least(2), default=1000, help="generate calls")
@@ -96,16 +94,11 @@ def main(argv=None) -> int:
     if args.warmup >= args.calls:
         parser.error(f"--warmup {args.warmup} leaves no call of --calls {args.calls} to judge")
 
-    import torch
-
     import fastpath
-    from harness.checkpoint import load_model, resolve_checkpoint
     from harness.machine import machine_info
 
     progress = Progress("memory", args.quiet)
-    named = args.size in ("tiny", "full")
-    checkpoint = resolve_checkpoint(None if named else args.size, size=args.size if named else "tiny")
-    model = load_model(checkpoint, device=args.device, dtype=getattr(torch, args.dtype) if args.dtype else None)
+    checkpoint, model = load_model_of(args)
     patches = fastpath.defaults(model) if args.apply == ["defaults"] else [p for p in args.apply if p != "none"]
     fastpath.apply(model, patches)
     series: dict = {}

@@ -170,15 +170,13 @@ def table(results: dict) -> str:
 
 def main(argv: list | None = None) -> int:
     from harness import results as results_files
-    from harness.cli import int_at_least
+    from harness.cli import add_model_arguments, int_at_least, load_model_of
     from harness.progress import Progress
 
     parser = argparse.ArgumentParser(prog="fastpath-suite stream", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="folder for streaming.json and streaming.md")
-    parser.add_argument("--size", default="full", help="test checkpoint size (tiny, full), or a checkpoint path")
-    parser.add_argument("--device", default="cpu", help="torch device")
-    parser.add_argument("--dtype", default=None, help="e.g. bfloat16 (default: the model's float32)")
+    add_model_arguments(parser, size="full")
     parser.add_argument("--steps", type=int_at_least(1), default=None, help="unmasking steps (default: each point's)")
     parser.add_argument("--rounds", type=int_at_least(1), default=4, help="interleaved rounds after one warm-up")
     parser.add_argument("--points", nargs="*", default=None, help="stream point names (default: all)")
@@ -190,17 +188,11 @@ def main(argv: list | None = None) -> int:
     args = parser.parse_args(argv)
     progress = Progress("stream", args.quiet)
 
-    import torch
-
     import fastpath
-    from harness.checkpoint import load_model, resolve_checkpoint
     from harness.machine import machine_info
     from harness.points import load_points
 
-    size_or_path = args.size
-    checkpoint = resolve_checkpoint(None if size_or_path in ("tiny", "full") else size_or_path,
-                                    size=size_or_path if size_or_path in ("tiny", "full") else "tiny")
-    model = load_model(checkpoint, device=args.device, dtype=getattr(torch, args.dtype) if args.dtype else None)
+    checkpoint, model = load_model_of(args)
     variants = {name: VARIANTS[name] for name in args.variants}
     if args.apply is not None:
         fastpath.apply(model, fastpath.defaults(model) if args.apply == ["defaults"] else args.apply)
