@@ -182,8 +182,8 @@ def pytest_collection_finish(session):
     import concurrent.futures
     import tempfile
 
-    if session.config.option.collectonly:
-        return
+    if session.config.option.collectonly or hasattr(session.config, "workerinput"):
+        return  # an xdist worker collects every test, runs only some: the test then starts its work itself
     items = [item for item in session.items
              if item.get_closest_marker("early") and not item.get_closest_marker("skip")]
     if not items:

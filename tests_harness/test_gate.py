@@ -511,7 +511,7 @@ def test_a_change_of_a_bf16_path_is_seen_only_with_dtype_bf16(dtype, status, tmp
     """The behaviour grid at the dtype a service runs (--dtype; with --device cuda on a GPU): a one-line candidate
     that changes only what bf16 computes passes the fp32 grid and is refused by the bf16 one. About 3 minutes each
     on 2 cores."""
-    source = one_line().build("embed_sum_bf16", tmp_path / "omnivoice-bf16")
+    source = one_line().build("embed_halves_bf16", tmp_path / "omnivoice-bf16")
     report = gate.run_gate(str(source), "current", tmp_path / "out", checks=("behaviour",), log=lambda msg: None,
                            dtype=dtype)
     (check,) = [c for c in report["checks"] if c["name"] == "behaviour"]
