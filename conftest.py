@@ -24,8 +24,8 @@ MARKERS = {
     "slow": "full-size model, long measurement or the rest of a long grid; run with --slow or -m slow",
     "real_weights": f"needs a real OmniVoice checkpoint: --checkpoint PATH or {ENV_CHECKPOINT}=PATH",
     "quality": "judges generated speech: words (Whisper WER), voice (GE2E SIM), predicted MOS (DNSMOS)",
-    "early": "early(start): start(folder) runs in a thread from the end of collection; the `early` fixture gives "
-             "its result",
+    "early": "early.with_args(start): start(folder) runs in a thread from the end of collection; the `early` "
+             "fixture gives its result",
 }
 
 _OVERRIDE_NOTE = pytest.StashKey[str]()
@@ -197,7 +197,7 @@ def pytest_collection_finish(session):
 
 @pytest.fixture
 def early(request, tmp_path):
-    """What the test's `@pytest.mark.early(start)` function returned (started when collection ended)."""
+    """What the test's `@pytest.mark.early.with_args(start)` function returned (started when collection ended)."""
     import shutil
 
     started = request.node.stash.get(_EARLY, None)

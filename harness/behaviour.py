@@ -26,6 +26,8 @@ import contextlib
 import sys
 from pathlib import Path
 
+from harness.devices import DTYPE_NAMES, torch_dtype
+
 NUM_STEP = 8
 SEED = 0
 KEEP_LOGITS = 1  # scoring calls of a setting whose logits are kept whole (where a change shows first); later: sha256
@@ -95,7 +97,7 @@ def record_setting(model, name: str) -> dict:
         return {"error": f"{type(err).__name__}: {err}"}
 
 
-DTYPES = ("fp32", "bf16", "fp16")
+DTYPES = tuple(DTYPE_NAMES)  # fp32, bf16, fp16 (harness.devices)
 DEVICES = ("cpu", "cuda")
 
 
@@ -122,8 +124,7 @@ def record(path: str | Path, names=None, device: str = "cpu", dtype: str = "fp32
     from harness.checkpoint import build_checkpoint, load_model
 
     deterministic(device)
-    model = load_model(build_checkpoint("tiny"), device=device,
-                       dtype={"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype])
+    model = load_model(build_checkpoint("tiny"), device=device, dtype=torch_dtype(dtype))
     with tracing() as calls:
         settings = {n: record_setting(model, n) for n in names or GRID}
     out = {"omnivoice": md.version("omnivoice"), "device": device, "dtype": dtype, "settings": settings, **calls}
@@ -223,8 +224,9 @@ def compare(against: dict, candidate: dict) -> dict:
     return out
 
 
-RECORD_META = ("omnivoice", "device", "dtype", "called", "under_patched")  # a record's top level besides "settings": the version and
-# the call trace, which mark fingerprint changes (harness.gate.package_changes) and are not behaviour
+# a record's top level besides "settings": the version, where it ran (compare refuses another), and the call trace,
+# which marks fingerprint changes (harness.gate.package_changes): not behaviour
+RECORD_META = ("omnivoice", "device", "dtype", "called", "under_patched")
 
 
 def compare_setting(a: dict, c: dict) -> list:

@@ -185,17 +185,14 @@ def test_cuda_graphs_replay_packed_calls(model, on_cpu):
     mask built inside the graph from the static segment ids, and its replays give the eager packed run's bits."""
     from fastpath.gpu import graphs
     from harness.parity import compare_runs
-    from tests_patches.test_gpu_graphs import capture_double
+    from tests_patches.test_gpu_graphs import graph_doubles
 
     kwargs = request("batch_of_3", dict(num_step=4))
     with fastpath.patched(model, STACK):
         eager = record_generation(model, seed=0, **kwargs)
-        graphs.install(model, devices=("cpu",), capture=capture_double(model.llm))
-        try:
+        with graph_doubles(model):
             replayed = record_generation(model, seed=0, **kwargs)
             stats = graphs.stats(model)
-        finally:
-            graphs.remove(model)
     problems = compare_runs(eager, replayed)
     assert not problems, "\n  ".join(problems)
     (key,) = stats["keys"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -54,6 +55,16 @@ def capture_double(llm, pause: float = 0.0):
         return FakeGraph(run, hidden, llm, pause), hidden
 
     return capture
+
+
+@contextlib.contextmanager
+def graph_doubles(model):
+    """cuda_graphs' wrapper on a CPU model with the capture double, removed after; yields the GraphedForward."""
+    graphed = graphs.install(model, devices=("cpu",), capture=capture_double(model.llm))
+    try:
+        yield graphed
+    finally:
+        graphs.remove(model)
 
 
 @pytest.fixture
@@ -258,12 +269,9 @@ def test_uncapturable_calls_pass_through(model, graphed):
 @pytest.mark.cpu
 def test_generation_through_graph_doubles_is_close_to_stock(model):
     stock = record_generation(model, seed=0, **POINT)
-    graphs.install(model, devices=("cpu",), capture=capture_double(model.llm))
-    try:
+    with graph_doubles(model):
         candidate = record_generation(model, seed=0, **POINT)
         s = graphs.stats(model)
-    finally:
-        graphs.remove(model)
     close = tolerance.closeness(candidate, stock)
     assert close.rel_error < 1e-5 and close.argmax_agreement > 0.999, close.describe()
     assert s["graphs"] == 1 and s["hits"] == POINT["num_step"] - 1, s  # stock: one [2B, L] batch every step

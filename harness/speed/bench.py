@@ -42,22 +42,17 @@ from pathlib import Path
 import fastpath
 from harness.checkpoint import load_model, resolve_checkpoint
 from harness.cli import int_at_least
+from harness.devices import DTYPE_NAMES, torch_dtype
 from harness.machine import device_key, machine_info, summary
 from harness.speed.measure import Variant, count_work, interleaved_variants
 from harness.points import point
 
-DTYPES = ("fp32", "bf16", "fp16")
+DTYPES = tuple(DTYPE_NAMES)
 # variants that run another package's patch, applied once to their own model instance: name -> (module, function)
 PEERS = {"peer": ("omnivoice_fastpath", "apply_trimmed_cfg")}
 PEERS_INSTALL = "pip install -e '.[peers]' (omnivoice-fastpath==0.1.0, the public package this project compares with)"
 BOUND_STEPS = 2
 BASELINE_COMMAND = "fastpath-suite bench ... --save-baseline PATH"
-
-
-def torch_dtype(name: str):
-    import torch
-
-    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
 
 
 @dataclass(frozen=True)

@@ -102,14 +102,14 @@ def main(argv=None) -> int:
     patches = fastpath.defaults(model) if args.apply == ["defaults"] else [p for p in args.apply if p != "none"]
     fastpath.apply(model, patches)
     series: dict = {}
-    stopped = None
     try:
         with progress.stage("generate", total=args.calls) as step:
             memory_over_calls(model, args.calls, args.num_step, step=step, series=series)
     except KeyboardInterrupt:  # SIGINT (timeout -s INT): keep what was measured
-        stopped = len(next(iter(series.values()), []))
-        print(f"stopped after {stopped} of {args.calls} calls", file=sys.stderr)
+        pass
     done = len(next(iter(series.values()), []))
+    if done < args.calls:
+        print(f"stopped after {done} of {args.calls} calls", file=sys.stderr)
     if done <= args.warmup:
         print(f"error: {done} calls measured, not more than the warm-up of {args.warmup}: nothing to judge",
               file=sys.stderr)
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
     (args.out / "memory.json").write_text(json.dumps({
         "command": " ".join(["fastpath-suite", "memory", *(sys.argv[1:] if argv is None else argv)]),
         "machine": machine_info(args.device), "checkpoint": checkpoint.identity, "patches": patches,
-        "calls": done, "asked": args.calls, "stopped": stopped, "warmup": args.warmup, "num_step": args.num_step,
+        "calls": done, "asked": args.calls, "warmup": args.warmup, "num_step": args.num_step,
         "series": series, "verdict": judged,
     }, indent=1))
     for name, v in judged.items():
