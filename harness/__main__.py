@@ -26,6 +26,7 @@ VERBS = {
     "stability": ("harness.speed.under_load:main", "how often the 'unstable timing' rule fires, quiet and under load"),
     "simulate": ("harness.quality.simulate:main", "the quality gate's pass rates on simulated data of known truth"),
     "known-answer": ("harness.quality.known_answer:main", "the quality gate's pass rates on real espeak-ng speech"),
+    "checkpoint": ("harness.checkpoint:main", "build the test checkpoint, say where it is and what its codec carries"),
     "goldens": ("harness.goldens:main", "record or check golden outputs of the test checkpoint"),
     "behaviour": ("harness.behaviour:main", "record upstream's behaviour (settings it reads, calls it makes)"),
     "fingerprints": ("harness.__main__:fingerprints", "upstream fingerprints, installed against known"),

@@ -7,7 +7,7 @@ pipeline: class_temperature > 0 (the top-k path), position_temperature 0 and hig
 layer penalty, denoise off, a reference text without final punctuation, a fixed duration, a speed, 16 steps,
 other seeds. Recorded per setting: every scoring call's
 conditional and unconditional logits, predicted tokens, scores and unmasking order (positions by score, stable),
-the final tokens, the target lengths and the waveforms (logits whole for the first KEEP_LOGITS calls of a setting,
+the final tokens, the target lengths, the decoder's audio and the waveforms (logits whole for the first KEEP_LOGITS calls of a setting,
 as a sha256 after). Compared bit for bit; the report names the setting, the scoring call (generation pass, step,
 item) and the first differing element.
 
@@ -62,7 +62,8 @@ def from_run(run) -> dict:
     """A setting's record from `parity.record_generation`'s run: every scoring call named by generation pass, step and
     item (upstream scores item by item within a step) with its predicted tokens, scores and unmasking order, and its
     logits whole for the first KEEP_LOGITS calls, as a sha256 after (the grid's record is 130 MB, not 500 MB: a
-    400 MB torch.save failed once mid-write here); then the final tokens, target lengths and waveforms."""
+    400 MB torch.save failed once mid-write here); then the final tokens, target lengths, the decoder's audio of each
+    chunk or item and the waveforms."""
     import numpy as np
     import torch
 
@@ -79,6 +80,7 @@ def from_run(run) -> dict:
             call[key] = logits if n < KEEP_LOGITS else digest(logits)
         calls.append(call)
     return {"calls": calls, "tokens": run.tokens, "target_lens": [int(t.shape[-1]) for t in run.tokens],
+            "decoded": [torch.from_numpy(d) for d in run.decoded],
             "waveforms": [torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32)) for w in run.waveforms]}
 
 

@@ -5,8 +5,15 @@ No model hub is reachable here, so the suite builds its own checkpoint: `OmniVoi
 tokenizer that holds OmniVoice's special tokens, all with seeded random weights. It is saved as a checkpoint
 folder and loaded only through `OmniVoice.from_pretrained`, so the real loading code runs.
 
+The codec is then calibrated (`harness.codec.calibrate`): initialised alone, it hears and says nothing (zero
+codebooks, a decoder that speaks its biases), and every check that compares audio would compare nothing.
+
 Stages: `build_checkpoint` (cached by `checkpoint_key`) -> `resolve_checkpoint` (user's path, HF cache, or
 built) -> `load_model`.
+
+    fastpath-suite checkpoint [--size tiny|full] [--checkpoint PATH] [--results results/]
+
+builds the test checkpoint if it is not cached, says where it is, and what its codec carries (harness.codec.measure).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,13 +89,26 @@ def _versions() -> dict:
     return versions(("omnivoice", "transformers", "tokenizers", "torch"))
 
 
+def _builder_source() -> str:
+    """The code that turns a recipe into weights: a change to it is a new checkpoint, as a recipe change is."""
+    import inspect
+
+    from harness import codec
+
+    functions = (train_text_tokenizer, _write_checkpoint, codec.calibrate, codec.calibration_audio,
+                 codec.scale_layers, codec.fill_codebooks)
+    return "\n".join(inspect.getsource(f) for f in functions)
+
+
 def checkpoint_key(size: str) -> str:
-    """Cache key: recipe, tokenizer corpus and the versions of the classes that build the weights."""
+    """Cache key: recipe, tokenizer corpus, the builder's code and the versions of the classes that build the
+    weights. A checkpoint cached under another recipe or builder is never reused."""
     recipes = load_recipes()
     if size not in recipes:
         raise CheckpointError(f"unknown checkpoint size {size!r}; known: {sorted(recipes)} (see {RECIPE_FILE})")
     blob = json.dumps(
-        {"recipe": recipes[size], "corpus": TOKENIZER_CORPUS.read_text(encoding="utf-8"), "versions": _versions()},
+        {"recipe": recipes[size], "corpus": TOKENIZER_CORPUS.read_text(encoding="utf-8"), "versions": _versions(),
+         "builder": hashlib.sha256(_builder_source().encode()).hexdigest()},
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -139,6 +160,8 @@ def _write_checkpoint(recipe: dict, out: Path) -> None:
         Qwen3Config,
     )
 
+    from harness import codec
+
     text_tokenizer = train_text_tokenizer(recipe["text_tokenizer_vocab"])
     llm = Qwen3Config(**recipe["llm"])
     if len(text_tokenizer) > llm.vocab_size:
@@ -146,6 +169,9 @@ def _write_checkpoint(recipe: dict, out: Path) -> None:
     llm._attn_implementation = "sdpa"
     config = OmniVoiceConfig(llm_config=llm)
 
+    if "codec" not in recipe:
+        raise CheckpointError(f"the recipe has no 'codec' section ({RECIPE_FILE}): without it the codec's codebooks stay "
+                              f"zero and its decoder ignores the codes; add one as the other sizes have it")
     at = recipe["audio_tokenizer"]
     # hop 8*5*4*2*3 = 960 samples at 24 kHz -> 25 frames/s; 2 kbps / (25 * 10 bits) -> 8 codebooks
     ratios = [8, 5, 4, 2, 3]
@@ -164,6 +190,7 @@ def _write_checkpoint(recipe: dict, out: Path) -> None:
         torch.manual_seed(recipe["seed"])
         model = OmniVoice(config)
         audio_tokenizer = HiggsAudioV2TokenizerModel(audio_config)
+    codec.calibrate(audio_tokenizer.eval(), recipe["codec"])
     model.save_pretrained(out)
     text_tokenizer.save_pretrained(out)
     audio_tokenizer.save_pretrained(out / "audio_tokenizer")
@@ -179,6 +206,8 @@ def build_checkpoint(size: str = "tiny", root: Path | None = None) -> Path:
     if (final / "config.json").is_file():
         return final
     root.mkdir(parents=True, exist_ok=True)
+    print(f"building the {size} test checkpoint into {final} (seeded weights, then the codec's calibration; once)",
+          file=sys.stderr, flush=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{size}-", dir=root))
     tmp.chmod(0o755)
     try:
@@ -250,3 +279,33 @@ def load_model(checkpoint: Checkpoint | Path | str, device: str = "cpu", dtype=N
     path = checkpoint.path if isinstance(checkpoint, Checkpoint) else check_checkpoint_folder(Path(checkpoint))
     model = OmniVoice.from_pretrained(str(path), device_map=device, dtype=dtype or torch.float32)
     return model.eval()
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    from harness import codec, results
+
+    parser = argparse.ArgumentParser(prog="fastpath-suite checkpoint", description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--size", nargs="+", choices=sorted(load_recipes()), default=["tiny"],
+                        help="which built test checkpoints (each is built first if not cached)")
+    parser.add_argument("--checkpoint", default=None, help="a real checkpoint folder instead of the built ones")
+    results.add_arguments(parser)
+    args = parser.parse_args(argv)
+    figures = {}
+    for size in [None] if args.checkpoint else args.size:
+        try:
+            found = resolve_checkpoint(args.checkpoint, size=size or "tiny")
+        except CheckpointError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(f"checkpoint: {found.path} ({found.kind})")
+        figures[found.kind] = dict(codec.measure(load_model(found)), checkpoint=found.identity)
+        print(codec.describe(figures[found.kind]))
+    results.write_if_asked(args, "codec", figures)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

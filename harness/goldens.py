@@ -7,7 +7,9 @@ two kinds of facts, stored in `fixtures/goldens/<omnivoice version>.json`:
   (exactly); the mean and standard deviation of every per-step conditional and unconditional logits tensor, and
   the RMS of each waveform in `WAVE_BLOCKS` blocks (within `TOLERANCES`, set from the differences measured
   between instruction sets, far below what a one-frame or one-token change moves);
-- exact, per machine: sha256 of the per-step logits and of the waveform (float32 bytes), under the
+- exact, per machine: sha256 of the per-step logits, of the decoder's audio of every chunk or item (before
+  upstream's post-processing, whose int16 round trip would hide a change below 1/32768) and of the waveform
+  (float32 bytes), under the
   `numerics_key` of the machine that recorded them (processor, torch's CPU capability and the kernel-selecting
   extensions, ISA caps in the environment, threads, torch build). Bits hold only there: the same code gave other
   logits bits on an AVX2 and an AVX-512 machine, and on an AMD and an Intel one of the same capability (docs/machines.md,
@@ -38,7 +40,7 @@ GOLDENS_DIR = REPO_ROOT / "fixtures" / "goldens"
 NUM_STEP = 8
 SEED = 0
 EXACT_PARTS = ("scoring_calls", "tokens", "waveform_samples")  # integers: equal on every machine
-HASHED_PARTS = ("logits", "waveform")  # sha256 of float32 bytes: equal only under one numerics key
+HASHED_PARTS = ("logits", "decoded", "waveform")  # sha256 of float32 bytes: equal only under one numerics key
 WAVE_BLOCKS = 32
 # Portable summaries, compared within these tolerances: logits moments as |change of mean or std| / std of the
 # golden tensor, waveform as |change of a block's RMS|. Measured between AVX-512 and AVX2 (emulated) on one Intel
@@ -88,6 +90,9 @@ def summarise_run(run) -> dict:
             logits.update(t.numpy().tobytes())
             d = t.to(torch.float64)
             moments.append([d.mean().item(), d.std().item()])
+    decoded = hashlib.sha256()
+    for d in run.decoded:
+        decoded.update(np.ascontiguousarray(d, dtype=np.float32).tobytes())
     wave = hashlib.sha256()
     rms = []
     for w in run.waveforms:
@@ -101,7 +106,8 @@ def summarise_run(run) -> dict:
         "waveform_samples": [int(np.asarray(w).size) for w in run.waveforms],
         "logits_moments": moments,  # per logits tensor in call order: [mean, std]
         "waveform_rms": rms,  # per waveform: WAVE_BLOCKS block RMS values
-        "exact": {machine.numerics_key(): {"logits": logits.hexdigest(), "waveform": wave.hexdigest()}},
+        "exact": {machine.numerics_key(): {"logits": logits.hexdigest(), "decoded": decoded.hexdigest(),
+                                           "waveform": wave.hexdigest()}},
     }
 
 
@@ -175,8 +181,9 @@ def compare_point(observed: dict, golden: dict, key: str | None = None) -> list:
     key = key or next(iter(observed["exact"]))
     recorded = golden.get("exact", {}).get(key)
     if recorded:
-        out += [f"{part}: sha256 differs (exact, recorded for this machine)"
-                for part in HASHED_PARTS if observed["exact"][key][part] != recorded[part]]
+        out += [f"{part}: sha256 differs (exact, recorded for this machine)" if part in recorded else
+                f"{part}: no sha256 recorded for this machine (record them: fastpath-suite goldens --record)"
+                for part in HASHED_PARTS if observed["exact"][key][part] != recorded.get(part)]
     return out
 
 
@@ -225,8 +232,8 @@ def coverage(goldens: dict, key: str) -> str:
     line = (f"compared on every machine: {', '.join(EXACT_PARTS)} exactly; logits moments and waveform block RMS "
             f"within {TOLERANCES}. ")
     if exact:
-        return line + f"Bit-exact logits and waveform hashes also compared (recorded for this machine, {key}, in " \
-                      f"{', '.join(exact)})."
+        return line + f"Bit-exact logits, decoded audio and waveform hashes also compared (recorded for this " \
+                      f"machine, {key}, in {', '.join(exact)})."
     return line + (f"Bit-exact hashes NOT compared: none recorded for this machine ({key}); record them with "
                    f"`fastpath-suite goldens --record`.")
 
@@ -269,7 +276,7 @@ def build_observed(points=None) -> dict:
     return {
         "_about": "Stock OmniVoice outputs on the tiny test checkpoint (harness.goldens): portable parts "
                   "(scoring calls, final tokens, waveform lengths; logits moments and waveform block RMS) and, per "
-                  "numerics key, sha256 of the per-step logits and of the waveform, float32 bytes.",
+                  "numerics key, sha256 of the per-step logits, the decoded audio and the waveform, float32 bytes.",
         "omnivoice": environment()["omnivoice"],
         "environment": environment(),
         "checkpoint": {"size": "tiny", "key": checkpoint_key("tiny"), **checkpoint_digests(path)},

@@ -2,8 +2,13 @@
 
 `record_generation` reseeds, runs `model.generate`, and keeps, per unmasking step and item, the conditional and
 unconditional logits at the positions the sampler reads (the arguments of `_predict_tokens_with_scoring`), the
-predicted tokens and scores, the final tokens and the waveform. `compare_runs` says how many elements differ
-and where, for each of them; an empty list means bit-exact (`torch.equal`, max |diff| == 0.0).
+predicted tokens and scores, the final tokens, the decoder's audio of every chunk or item (what
+`audio_tokenizer.decode` returns, before upstream's post-processing: its int16 round trip in the silence trimming
+would hide a change smaller than 1/32768) and the waveform generate returns. `compare_runs` says how many
+elements differ and where, for each of them; an empty list means bit-exact (`torch.equal`, max |diff| == 0.0).
+
+`decoded_changed` and `code_changed` change one decoded chunk by one sample, or one code of one codebook before it
+is decoded: the mutations that show a waveform check bites (tests_harness/test_waveform_checks.py).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ class Run:
     tokens: list = field(default_factory=list)  # per generated item or chunk: [C, T]
     waveforms: list = field(default_factory=list)  # per item: np.ndarray [samples]
     passes: list = field(default_factory=list)  # per _generate_iterative call: (items, index of its first call)
+    decoded: list = field(default_factory=list)  # per decode call and item in it: np.ndarray float32 [1, samples]
 
 
 def record_generation(model, seed: int, **generate_kwargs) -> Run:
@@ -78,10 +84,75 @@ def record_generation(model, seed: int, **generate_kwargs) -> Run:
         return record
 
     with overridden(model, "_predict_tokens_with_scoring", recording_predict), \
-            overridden(model, "_generate_iterative", recording_iterate):
+            overridden(model, "_generate_iterative", recording_iterate), kept_decoded(model) as decoded:
         torch.manual_seed(seed)
         run.waveforms = [np.asarray(w) for w in model.generate(**generate_kwargs)]
+    run.decoded = decoded
     return run
+
+
+def audio_values(out):
+    """The [B, 1, samples] tensor of an audio_tokenizer.decode result (a ModelOutput, or the tensor itself)."""
+    return out.audio_values if hasattr(out, "audio_values") else out
+
+
+def _with_audio_values(out, values):
+    if hasattr(out, "audio_values"):
+        out.audio_values = values
+        return out
+    return values
+
+
+@contextmanager
+def _changed_decode(model, call: int | None, when, codes=None, audio=None):
+    """audio_tokenizer.decode with its `call`-th call (counting only calls where `when()` holds; None: every such
+    call) changed: `codes(codes) -> codes` before it decodes, `audio(values) -> values` after. Yields the list of
+    counted calls (so a test can check the mutation fired)."""
+    calls = []
+
+    def change(decode):
+        def run(*args, **kwargs):
+            hit = when is None or when()
+            if hit:
+                calls.append(1)
+            hit = hit and (call is None or len(calls) - 1 == call)
+            if hit and codes is not None:
+                given = kwargs.pop("audio_codes") if "audio_codes" in kwargs else args[0]
+                args = (codes(given.clone()), *(args[1:] if args and args[0] is given else args))
+            out = decode(*args, **kwargs)
+            return _with_audio_values(out, audio(audio_values(out).clone())) if hit and audio is not None else out
+
+        return run
+
+    with overridden(model.audio_tokenizer, "decode", change):
+        yield calls
+
+
+def decoded_changed(model, call: int | None = 0, sample: int | None = None, by: float | None = None, when=None):
+    """A context in which the `call`-th audio_tokenizer.decode of the model (counted from 0; a chunk or an item;
+    only calls where `when()` holds count) returns its audio with one sample changed: `sample` (default: the middle
+    one) moved by `by`, or to the next float up when `by` is None (one ulp). What a waveform check must catch."""
+    def change(values):  # [B, 1, samples]
+        at = values.shape[-1] // 2 if sample is None else sample
+        x = values[0, 0, at]
+        values[0, 0, at] = torch.nextafter(x, torch.tensor(float("inf"), dtype=x.dtype)) if by is None else x + by
+        return values
+
+    return _changed_decode(model, call, when, audio=change)
+
+
+def code_changed(model, call: int | None = 0, codebook: int = 0, frame: int | None = None, when=None):
+    """A context in which the `call`-th audio_tokenizer.decode of the model decodes its codes with one changed:
+    codebook `codebook` at `frame` (default: the middle one) set to the next entry. The tokens generate made are
+    untouched: only a check that compares the audio can see it."""
+    size = model.audio_tokenizer.config.codebook_size
+
+    def change(codes):  # [B, C, T]
+        at = codes.shape[-1] // 2 if frame is None else frame
+        codes[0, codebook, at] = (codes[0, codebook, at] + 1) % size
+        return codes
+
+    return _changed_decode(model, call, when, codes=change)
 
 
 @contextmanager
@@ -99,6 +170,24 @@ def kept_tokens(model):
         return run
 
     with overridden(model, "_generate_iterative", keep):
+        yield out
+
+
+@contextmanager
+def kept_decoded(model):
+    """Within the block, the audio of every `audio_tokenizer.decode` call (float32 [1, samples] per item) is
+    appended to the yielded list."""
+    out: list = []
+
+    def keep(decode):
+        def run(*args, **kwargs):
+            result = decode(*args, **kwargs)
+            out.extend(np.array(a.detach().float().cpu().numpy()) for a in audio_values(result))
+            return result
+
+        return run
+
+    with overridden(model.audio_tokenizer, "decode", keep):
         yield out
 
 
@@ -147,7 +236,8 @@ def compare_runs(stock: Run, candidate: Run, limit: int = 12) -> list:
     """Every difference between two runs (empty list: bit-exact), stopping after `limit` messages. Scoring calls
     that cover several items at once are compared item by item (`per_item_calls`)."""
     problems = []
-    candidate = Run(per_item_calls(stock.steps, candidate.steps), candidate.tokens, candidate.waveforms)
+    candidate = Run(per_item_calls(stock.steps, candidate.steps), candidate.tokens, candidate.waveforms,
+                    decoded=candidate.decoded)
     if len(stock.steps) != len(candidate.steps):
         problems.append(f"scoring calls: {len(stock.steps) // 4} vs {len(candidate.steps) // 4}")
     for (name, a), (_, b) in zip(stock.steps, candidate.steps):
@@ -162,10 +252,13 @@ def compare_runs(stock: Run, candidate: Run, limit: int = 12) -> list:
         msg = describe_difference(f"tokens[{i}]", a, b)
         if msg:
             problems.append(msg)
-    if len(stock.waveforms) != len(candidate.waveforms):
-        problems.append(f"waveforms: {len(stock.waveforms)} vs {len(candidate.waveforms)}")
-    for i, (a, b) in enumerate(zip(stock.waveforms, candidate.waveforms)):
-        msg = describe_difference(f"waveform[{i}]", torch.from_numpy(a), torch.from_numpy(b))
-        if msg:
-            problems.append(msg)
+    for part in ("decoded", "waveforms"):
+        a_list, b_list = getattr(stock, part), getattr(candidate, part)
+        if len(a_list) != len(b_list):
+            problems.append(f"{part}: {len(a_list)} vs {len(b_list)}")
+        name = "decoded audio" if part == "decoded" else "waveform"
+        for i, (a, b) in enumerate(zip(a_list, b_list)):
+            msg = describe_difference(f"{name}[{i}]", torch.from_numpy(a), torch.from_numpy(b))
+            if msg:
+                problems.append(msg)
     return problems[:limit]

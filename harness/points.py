@@ -36,8 +36,8 @@ class Point:
         prompts are encoded once (outside any timing).
 
         postprocess (default: off for a built random-weight checkpoint, on for real weights) is upstream's
-        silence trimming: a random decoder speaks near-silence, which the trimming empties, and upstream then
-        fails on the empty array (np.max of nothing).
+        silence trimming (pydub, on the CPU): a random decoder's output has no pauses to trim, and the stored
+        speed baselines of the built checkpoints were measured without it.
         """
         spec = load_spec()
         kwargs = dict(text=spec["texts"][self.text], language="en", num_step=self.num_step)
@@ -72,12 +72,17 @@ def load_points(section: str = "speed") -> list:
 
 
 def parity_points() -> dict:
-    """name -> generate() kwargs; a 'ref' becomes ref_audio + ref_text ('voice_clone_prompt' stays a name)."""
+    """name -> generate() kwargs; a 'ref' (or a list of them, one per text) becomes ref_audio + ref_text
+    ('voice_clone_prompt' stays a name)."""
     out = {}
     for name, kwargs in load_spec()["parity"].items():
         kwargs = dict(kwargs)
         if "ref" in kwargs:
-            kwargs["ref_audio"], kwargs["ref_text"] = reference(kwargs.pop("ref"))
+            ref = kwargs.pop("ref")
+            if isinstance(ref, list):
+                kwargs["ref_audio"], kwargs["ref_text"] = (list(x) for x in zip(*map(reference, ref)))
+            else:
+                kwargs["ref_audio"], kwargs["ref_text"] = reference(ref)
         out[name] = kwargs
     return out
 

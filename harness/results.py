@@ -34,6 +34,7 @@ FORMAT, VERSION = "fastpath-results", 1
 # kind -> (section title, the verb that writes it, "module:function" rendering its figures as markdown);
 # the page shows the sections in this order
 KINDS = {
+    "codec": ("The test checkpoint's codec: what it carries", "checkpoint", "harness.codec:render_results"),
     "report": ("CPU: stock, the public package and the lossless stack (the suite's report)", "report",
                "harness.report:render_results"),
     "grid": ("CPU speed over the whole grid of speed points", "grid", "harness.speed.bench:render_results"),

@@ -108,7 +108,8 @@ def closeness(candidate, reference) -> Closeness:
         raise ValueError(f"runs generated {len(candidate.tokens)} vs {items} token tensors: different inputs?")
     # batched_scoring scores several items in one call: split it per item as upstream scores them (found on the
     # H200: the GPU stack's batch of 2 compared its packed 43 + 70 frames with stock's first item's 43)
-    candidate = Run(per_item_calls(reference.steps, candidate.steps), candidate.tokens, candidate.waveforms)
+    candidate = Run(per_item_calls(reference.steps, candidate.steps), candidate.tokens, candidate.waveforms,
+                    decoded=candidate.decoded)
     cand, ref = first_step(candidate, items), first_step(reference, items)
     a = torch.cat([torch.cat([c.flatten(), u.flatten()]) for c, u in cand]).float()
     b = torch.cat([torch.cat([c.flatten(), u.flatten()]) for c, u in ref]).float()

@@ -17,7 +17,7 @@ import torch
 import fastpath
 from fastpath import loop
 from fastpath.instance import overridden
-from harness.parity import Run, compare_runs, record_generation
+from harness.parity import POINTS, Run, compare_runs, record_generation
 from harness.points import load_spec
 
 MIXED_8 = load_spec()["texts"]["mixed8"]  # one word to about ten seconds
@@ -111,12 +111,13 @@ def test_batched_scoring_scores_each_step_in_one_call(model, monkeypatch):
 
 def as_one_batch(alone: list) -> Run:
     """Batch-1 runs arranged as a batch run records them: per step, item by item (an item whose schedule is
-    spent stops being scored, as upstream skips it), then each item's tokens and waveform."""
+    spent stops being scored, as upstream skips it), then each item's tokens, decoded audio and waveform."""
     steps = []
     for step in range(max(len(run.steps) // 4 for run in alone)):
         for run in alone:
             steps += run.steps[4 * step : 4 * step + 4]
-    return Run(steps, [run.tokens[0] for run in alone], [run.waveforms[0] for run in alone])
+    return Run(steps, [run.tokens[0] for run in alone], [run.waveforms[0] for run in alone],
+               decoded=[run.decoded[0] for run in alone])
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +142,26 @@ def test_batch_invariant_items_equal_batch_1_calls(model, batch_1_calls):
         batch = record_generation(model, seed=0, text=MIXED_8, **DETERMINISTIC)
     problems = compare_runs(batch_1_calls, batch)
     assert not problems, "batch_invariant: items differ from their batch-1 calls:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.cpu
+def test_two_voices_in_one_batch_each_get_their_own(model):
+    """The voices_batch point (one text twice, two references of equal length and different content), deterministic:
+    with batch_invariant each item is bit-exact with a stock call of it alone, so neither item's output carries the
+    other's reference; the two items' tokens differ, so a swap or a mix of the two would be seen."""
+    needs_independent_rows(model)
+    kwargs = dict(POINTS["voices_batch"], **DETERMINISTIC)
+    alone = as_one_batch([record_generation(model, seed=0, **dict(kwargs, text=kwargs["text"][i],
+                                                                  ref_audio=kwargs["ref_audio"][i],
+                                                                  ref_text=kwargs["ref_text"][i]))
+                          for i in range(len(kwargs["text"]))])
+    first, second = alone.tokens
+    assert first.shape == second.shape and not torch.equal(first, second), (
+        "the two voices gave outputs of other lengths, or the same tokens: the point cannot show a mix-up")
+    with fastpath.patched(model, list(fastpath.LOSSLESS) + ["batch_invariant"]):
+        batch = record_generation(model, seed=0, **kwargs)
+    problems = compare_runs(alone, batch)
+    assert not problems, "voices in one batch: items differ from their calls alone:\n  " + "\n  ".join(problems)
 
 
 @pytest.mark.cpu

@@ -27,8 +27,8 @@ from harness.tolerance import closeness, waveform_cosine, waveform_snr_db
 
 pytestmark = pytest.mark.cuda
 
-# postprocess_output=False: the random full-size decoder speaks near-silence, which upstream's silence removal
-# would empty; 16 steps keep the tier inside its time budget (step 0 is what the logits comparison reads).
+# postprocess_output=False: the waveforms compared are the decoder's, not upstream's int16-rounded, trimmed copy of
+# them; 16 steps keep the tier inside its time budget (step 0 is what the logits comparison reads).
 POINTS = GPU_PARITY  # fixtures/points.json, "gpu_parity"
 GPU_STACK = tuple(fastpath.defaults("cuda"))
 

@@ -4,13 +4,13 @@ installed transformers is not the source it restates. End to end the parity tier
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import fastpath
 from fastpath import loop
+from harness.parity import compare_runs, record_generation
 
 
 class GemmRows(TorchDispatchMode):
@@ -69,12 +69,11 @@ def test_a_changed_transformers_source_runs_the_llms_own_forward_and_says_so(mod
     name = "models.qwen3.modeling_qwen3:Qwen3MLP.forward"
     monkeypatch.setitem(loop.LEAN_SOURCES, name, "another")
     text = "A changed source still gives stock's bits."
-    torch.manual_seed(0)
-    stock = model.generate(text=text, num_step=4)
+    stock = record_generation(model, seed=0, text=text, num_step=4)
     with fastpath.patched(model, ["trimmed_cfg"]):
-        torch.manual_seed(0)
-        patched = model.generate(text=text, num_step=4)
+        patched = record_generation(model, seed=0, text=text, num_step=4)
         warnings = list(model.__dict__.get("_fastpath_warnings", []))
     assert any(name in w and "lean_llm" in w for w in warnings), warnings
-    assert len(stock) == len(patched) == 1, (len(stock), len(patched))  # zip over nothing would pass anything
-    assert np.array_equal(stock[0], patched[0]), "the fallback forward is not bit-exact"
+    assert stock.steps and stock.decoded and stock.waveforms, "the stock run recorded nothing"
+    problems = compare_runs(stock, patched)  # logits, tokens, decoded audio, waveform
+    assert not problems, "the fallback forward is not bit-exact:\n  " + "\n  ".join(problems)

@@ -3,7 +3,8 @@
 The reference is stock `model.generate(text, audio_chunk_threshold=0, <same kwargs>)`, reseeded the same way: the
 call whose chunks the stream hands out one by one. Which parity holds, and why (fastpath/streaming.py):
 - per chunk, always: the tokens of every chunk equal upstream's (the stream runs upstream's `_generate_chunked`,
-  so the same `_generate_iterative` calls draw from the random generator in the same order);
+  so the same `_generate_iterative` calls draw from the random generator in the same order), and so does the
+  decoder's audio of every chunk;
 - joined, with a voice prompt and postprocess_output=False: the concatenated stream equals upstream's waveform
   (the seams are upstream's `cross_fade_chunks`, the level and edge fades upstream's arithmetic, all local);
 - joined, in auto voice: upstream levels the whole to a peak of 0.5, the stream by the first chunk's peak (the
@@ -12,6 +13,7 @@ call whose chunks the stream hands out one by one. Which parity holds, and why (
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -25,7 +27,7 @@ import fastpath
 from fastpath import fingerprints
 from fastpath.instance import overridden
 from fastpath.streaming import _Join, edge_durations, upstream_checked
-from harness.parity import describe_difference, kept_tokens, record_generation
+from harness.parity import describe_difference, kept_decoded, kept_tokens, record_generation
 from harness.points import load_spec, reference
 
 TEXT = load_spec()["texts"]["three"]
@@ -76,24 +78,53 @@ EQUALITY_CASES = [pytest.param(voice, stack.values[0], id=f"{voice}-{stack.id}")
                                           for name in fastpath.LOSSLESS]
 
 
-@pytest.mark.cpu
-@pytest.mark.parametrize(("voice", "patches"), EQUALITY_CASES)
-def test_stream_equals_upstreams_chunked_generate(model, prompt, voice, patches):
+def stream_problems(model, prompt, voice: str, patches=(), mutation=None, kept: dict | None = None) -> list:
+    """What differs between a stream and upstream's chunked generate of the same text and seed: every chunk's
+    tokens, every chunk's decoded audio, the joined stream against the waveform (empty: equal bit for bit).
+    `mutation(model)`: a context entered around the stream only (tests_harness/test_waveform_checks.py);
+    `kept`: gets the joined stream under "joined"."""
     kwargs = voice_kwargs(voice, prompt)
     stock = record_generation(model, seed=0, text=TEXT, audio_chunk_threshold=0, **kwargs)
     assert len(stock.tokens) >= 3, f"upstream made {len(stock.tokens)} chunks: the test needs a text of 3 or more"
-    with fastpath.patched(model, list(patches)):
+    with fastpath.patched(model, list(patches)), (mutation(model) if mutation else contextlib.nullcontext()), \
+            kept_decoded(model) as decoded:
         pieces, tokens = streamed(model, seed=0, **kwargs)
         assert fastpath.applied(model) == list(patches), "the stream changed the applied patches"
-    assert len(tokens) == len(stock.tokens), f"chunks: stream {len(tokens)}, upstream {len(stock.tokens)}"
+    if len(tokens) != len(stock.tokens):
+        return [f"chunks: stream {len(tokens)}, upstream {len(stock.tokens)}"]
     problems = [describe_difference(f"chunk {i} tokens", a, b) for i, (a, b) in enumerate(zip(stock.tokens, tokens))]
-    assert not any(problems), "\n".join(p for p in problems if p)
+    problems += [describe_difference(f"chunk {i} decoded audio", torch.from_numpy(a), torch.from_numpy(b))
+                 for i, (a, b) in enumerate(zip(stock.decoded, decoded))]
     assert len(pieces) >= len(tokens), f"{len(pieces)} pieces for {len(tokens)} chunks: not streamed chunk by chunk"
     joined = np.concatenate(pieces)
+    if kept is not None:
+        kept["joined"] = joined
     expected = stock.waveforms[0] if voice == "clone" else upstream_levelled_by_first_chunk(
         model, stock.tokens, generation_config(**{k: v for k, v in kwargs.items() if k != "language"}))
-    problem = describe_difference("joined stream", torch.from_numpy(expected), torch.from_numpy(joined))
-    assert problem is None, problem
+    problems.append(describe_difference("joined stream", torch.from_numpy(expected), torch.from_numpy(joined)))
+    return [p for p in problems if p]
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize(("voice", "patches"), EQUALITY_CASES)
+def test_stream_equals_upstreams_chunked_generate(model, prompt, voice, patches):
+    problems = stream_problems(model, prompt, voice, patches)
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.cpu
+def test_streams_of_two_voices_of_one_length_are_their_own(model):
+    """Two references of equal length and different content (ref_3s, ref_3s_b), streamed with the lossless stack:
+    each stream equals upstream's chunked generate with its own voice, and the two streams differ."""
+    joined = []
+    for name in ("ref_3s", "ref_3s_b"):
+        audio, text = reference(name)
+        prompt = model.create_voice_clone_prompt(ref_audio=audio, ref_text=text)
+        kept: dict = {}
+        problems = stream_problems(model, prompt, "clone", tuple(fastpath.LOSSLESS), kept=kept)
+        assert not problems, f"{name}: " + "\n".join(problems)
+        joined.append(kept["joined"])
+    assert joined[0].shape != joined[1].shape or not np.array_equal(*joined), "two voices streamed the same audio"
 
 
 def synthetic_chunks(lengths, seed: int, loudest_first: bool = True) -> list:

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
 import pytest
-import torch
 
 import fastpath
 from fastpath import prompt_cache
 from fastpath.gpu import compiled, flags, graphs
+from harness.parity import compare_runs, record_generation
 from harness.points import reference
 
 pytestmark = pytest.mark.cpu
@@ -22,13 +21,13 @@ STACK = list(fastpath.LOSSLESS) + ["cuda_graphs", "compiled_vocoder", "cuda_tf32
 COMPILED_ON_CUDA = object()  # stands for the compiled decode a CUDA model's wrapper holds after its first call
 
 
-def waveforms(model, seed: int = 0) -> list:
-    torch.manual_seed(seed)
-    return model.generate(**POINT)
+def waveforms(model, seed: int = 0):
+    """Everything a generate of POINT computes (harness.parity.record_generation): logits, tokens, audio."""
+    return record_generation(model, seed=seed, **POINT)
 
 
-def same(a, b) -> bool:
-    return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
+def same(candidate, stock) -> bool:
+    return bool(stock.waveforms) and not compare_runs(stock, candidate)  # stock first: it splits batched calls
 
 
 def instance_attributes(model) -> dict:

@@ -11,7 +11,7 @@ import torch
 
 import fastpath
 from fastpath import prompt_cache
-from harness.parity import REF_3S
+from harness.parity import REF_3S, compare_runs, record_generation
 from harness.points import reference
 
 REF_6S = reference("ref_6s")
@@ -102,6 +102,44 @@ def references(n: int) -> list:
     rng = np.random.default_rng(0)
     return [((torch.from_numpy(rng.standard_normal((1, 24000)).astype(np.float32) * 0.1), 24000), "Hello there.")
             for _ in range(n)]
+
+
+def voices() -> list:
+    """54 references of distinct content, ((waveform [1, samples], 24000), text): 30 one-second windows of the 6 s
+    recording at other offsets (real speech, all of one length) and 24 clips of seeded noise of 0.6 to 1.5 s; one
+    reference text for all, so that only the audio tells two voices of one length apart."""
+    import soundfile as sf
+
+    speech, rate = sf.read(REF_6S[0], dtype="float32")
+    windows = [speech[i * 4000 : i * 4000 + rate] for i in range(30)]
+    rng = np.random.default_rng(1)
+    noise = [rng.standard_normal(int(rate * (0.6 + 0.9 * i / 23))).astype(np.float32) * 0.05 for i in range(24)]
+    return [((torch.from_numpy(np.ascontiguousarray(w))[None], rate), "One reference text for every voice.")
+            for w in windows + noise]
+
+
+@pytest.mark.cpu
+def test_a_cache_serving_many_voices_gives_each_request_its_own_voice(model):
+    """54 voices (30 of one length), each once and then 20 of them again in another order, through a cache bounded at
+    16 entries (hits, misses and evictions all happen): every request's logits, tokens and audio equal the same request
+    on the model without the cache. A cache keyed or filled wrongly hands one voice's tokens to another request."""
+    refs = voices()
+    requests = list(range(len(refs))) + [int(i) for i in np.random.default_rng(2).permutation(len(refs))[:20]]
+    point = dict(text="Hi there.", language="en", num_step=2)
+
+    def run(i):  # one seed for all: only the voice tells two requests apart
+        return record_generation(model, seed=0, ref_audio=refs[i][0], ref_text=refs[i][1], **point)
+
+    stock = {i: run(i) for i in range(len(refs))}
+    assert len({stock[i].tokens[0].numpy().tobytes() for i in range(30)}) == 30, (
+        "voices of one length gave the same tokens: the test model cannot tell them apart")
+    with fastpath.patched(model, "prompt_cache"):
+        prompt_cache.set_limits(model, max_entries=16)
+        problems = {n: compare_runs(stock[i], run(i)) for n, i in enumerate(requests)}
+        stats = prompt_cache.stats(model)
+    assert stats["hits"] > 0 and stats["evictions"] > 0, stats
+    wrong = {f"request {n} (voice {requests[n]})": p[0] for n, p in problems.items() if p}
+    assert not wrong, f"{len(wrong)} of {len(requests)} requests differ from the model without the cache: {wrong}"
 
 
 def test_the_cache_is_bounded_least_recently_used_first(cached):

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import fastpath
+from harness.parity import describe_difference
 from harness.points import load_spec, reference
 
 TEXT = load_spec()["texts"]["three"]
@@ -36,9 +37,12 @@ def kwargs(prompt, steps: int = 8) -> dict:  # three chunks of TEXT on the tiny 
                 num_step=steps)
 
 
-def generate(model, prompt, seed: int):
+def generate(model, prompt, seed: int, **overrides):
     torch.manual_seed(seed)
-    return model.generate(text=OTHER, **kwargs(prompt))[0]
+    return model.generate(text=OTHER, **{**kwargs(prompt), **overrides})[0]
+
+
+GREEDY = dict(position_temperature=0.0)  # with class_temperature 0 (upstream's default): no random draw at all
 
 
 def in_thread(call):
@@ -89,17 +93,22 @@ def test_a_generate_between_two_pieces_gives_what_it_gives_alone(model, prompt):
         pieces += list(stream)
     finally:
         stream.close()
-    assert np.array_equal(between, alone), "a generate between two pieces of a stream differs from it alone"
-    assert len(pieces) == len(solo) and all(np.array_equal(a, b) for a, b in zip(pieces[:2], solo[:2])), (
-        "the pieces drawn before the generate differ from the stream alone")
+    problem = describe_difference("a generate between two pieces of a stream", torch.from_numpy(alone),
+                                  torch.from_numpy(between))
+    assert problem is None, f"{problem}: it differs from the same generate alone"
+    assert len(pieces) == len(solo), f"{len(pieces)} pieces, {len(solo)} from the stream alone"
+    problems = [describe_difference(f"piece {i}", torch.from_numpy(a), torch.from_numpy(b))
+                for i, (a, b) in enumerate(zip(solo[:2], pieces[:2]))]
+    assert not any(problems), f"the pieces drawn before the generate differ from the stream alone: {problems}"
     assert sum(p.size for p in pieces) == sum(p.size for p in solo)  # the later ones draw after it: same length
     assert untouched(model) == before, "the stream left something on the model"
 
 
 def test_a_generate_beside_a_running_stream_finishes_with_its_own_audio(model, prompt):
     """True concurrency: the generate's thread is held at its second step until the stream, busy on a chunk, has
-    been closed. Both draw from the global generator, so only the lengths are compared."""
-    alone = generate(model, prompt, seed=7)
+    been closed. The stream draws from the global generator meanwhile, so the generate runs greedy (GREEDY: it draws
+    nothing) and its audio must equal the same greedy generate alone, sample for sample."""
+    alone = generate(model, prompt, seed=7, **GREEDY)
     steps = {"worker": 0, "other": 0}
     hold, closed = threading.Event(), threading.Event()
 
@@ -117,7 +126,7 @@ def test_a_generate_beside_a_running_stream_finishes_with_its_own_audio(model, p
         stream = fastpath.stream(model, TEXT, **kwargs(prompt, steps=16))
         next(stream)  # the worker now makes chunk 1
         result: dict = {}
-        other = threading.Thread(target=lambda: result.setdefault("audio", generate(model, prompt, seed=7)),
+        other = threading.Thread(target=lambda: result.setdefault("audio", generate(model, prompt, seed=7, **GREEDY)),
                                  name="other", daemon=True)
         other.start()
         assert hold.wait(DEADLINE), "the other thread's generate never reached its second step"
@@ -129,7 +138,9 @@ def test_a_generate_beside_a_running_stream_finishes_with_its_own_audio(model, p
     finally:
         handle.remove()
     assert "audio" in result, "the generate beside the stream raised (see the thread's traceback above)"
-    assert result["audio"].shape == alone.shape, f"{result['audio'].shape} vs alone {alone.shape}: not its audio"
+    problem = describe_difference("the generate beside the stream", torch.from_numpy(alone),
+                                  torch.from_numpy(result["audio"]))
+    assert problem is None, f"{problem}: not the audio it gives alone"
     assert worker_steps > 0, "the test did not overlap the two: the worker ran no step while the generate was held"
 
 

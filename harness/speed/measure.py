@@ -28,8 +28,8 @@ def timed_generate(model, seed: int | None, **kwargs) -> tuple:
     """(wall seconds, audio seconds) of one generate call, reseeded unless seed is None.
 
     Audio seconds are the generated frames / frame rate (25/s): the speech the model produced, before
-    upstream's silence trimming and edge padding. A random-weight checkpoint speaks near-silence that the
-    trimming would delete, and on real weights the two differ by the trimmed pauses only.
+    upstream's silence trimming and edge padding, which depend on what the audio sounds like, not on the work
+    done; on real weights the two differ by the trimmed pauses only.
     """
     frames = []
 
