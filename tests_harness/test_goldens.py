@@ -111,7 +111,7 @@ def test_portable_summaries_ignore_noise_under_their_tolerance(known):
 
 
 def test_every_goldens_file_has_the_portable_parts_and_hashes_for_both_instruction_sets(known):
-    """Recorded on one Intel Xeon at AVX-512 and at AVX2 (emulated: docs/machines.md)."""
+    """Recorded on one machine at AVX-512 and at AVX2 (emulated: docs/machines.md)."""
     for version, data in known.items():
         for name, point in data["points"].items():
             assert all(part in point for part in goldens.TOLERANCES), (version, name)
