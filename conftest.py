@@ -211,10 +211,22 @@ def early(request, tmp_path):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+_CONDITIONS = pytest.StashKey[dict]()
+
+
+def pytest_sessionstart(session):
+    from harness.speed import conditions
+
+    session.config.stash[_CONDITIONS] = conditions.start()
+
+
 def pytest_benchmark_update_machine_info(config, machine_info):
     from harness.machine import extend_machine_info
+    from harness.speed import conditions
 
     extend_machine_info(machine_info, "cuda" if _cuda_available() else "cpu")
+    # what the run ran beside (load, steal, this process's wait for a CPU): a busy night's wall time is not judged
+    machine_info["fastpath"]["conditions"] = conditions.since(config.stash.get(_CONDITIONS, {}))
 
 
 @pytest.fixture(scope="session")

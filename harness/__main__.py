@@ -20,6 +20,8 @@ VERBS = {
     "grid": ("harness.speed.bench:grid_main", "bench over every speed point: stock, the public package, lossless"),
     "compare": ("harness.speed.compare:main", "compare two speed runs or baselines point by point"),
     "history": ("harness.speed.history:main", "nightly speed history: append a night, find changes, the page"),
+    "instructions": ("harness.speed.instructions:main", "instructions each counting point executes, under callgrind"),
+    "structure": ("harness.speed.structure:main", "exact operator calls, bytes and work of each counting point"),
     "stream": ("harness.speed.streaming:main", "streaming: time to first audio and underruns against generate"),
     "memory": ("harness.speed.service:main", "memory over long service: many generate calls of mixed lengths"),
     "prefix": ("harness.speed.prefix:main", "the approximate prefix-KV cache: speed and how far tokens drift"),

@@ -58,6 +58,10 @@ KINDS = {
                      "harness.quality.known_scores:render_stream_results"),
     "history-rates": ("Nightly history rule: operating characteristics on recorded nights", "history rates",
                       "harness.speed.history_rates:render_results"),
+    "history-rates-instructions": ("Nightly history rule on instruction counts: operating characteristics on "
+                                   "recorded runs", "history rates", "harness.speed.history_rates:render_count_results"),
+    "instructions": ("Instructions per call under callgrind, and how long counting them takes", "instructions",
+                     "harness.speed.instructions:render_results"),
     "stability": ("Unstable timings: the rule's rates", "stability", "harness.speed.under_load:render"),
     "false-alarms": ("False alarms of the default suite on fresh clones", "false-alarms",
                      "harness.false_alarms:render_results"),

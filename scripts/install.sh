@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the suite needs on a fresh machine: Debian packages (espeak-ng renders the known-answer
-# speech; sox regenerates the reference clips; chromium and chromium-driver open the nightly history's page in a
+# speech; sox regenerates the reference clips; valgrind counts instructions for the speed signal that does not move
+# with the load; chromium and chromium-driver open the nightly history's page in a
 # headless browser for its test), a virtual environment in .venv, torch/torchaudio pinned by
 # constraints-cpu.txt (override with FASTPATH_CONSTRAINTS=/path or FASTPATH_CONSTRAINTS= for none), this package
 # (editable, with the `peers` extra: the public omnivoice-fastpath 0.1.0 that the bench compares with), the
@@ -12,9 +13,9 @@ cd "$(dirname "$0")/.."
 
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 apt_updated=0
-if ! command -v espeak-ng >/dev/null || ! command -v sox >/dev/null; then
+if ! command -v espeak-ng >/dev/null || ! command -v sox >/dev/null || ! command -v callgrind_control >/dev/null; then
   $SUDO apt-get update -q && apt_updated=1
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q espeak-ng sox
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q espeak-ng sox valgrind
 fi
 # Chromium (about 30 s to unpack) installs in the background while pip works below; waited for at the end.
 browser=""

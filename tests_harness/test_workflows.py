@@ -194,3 +194,72 @@ def test_version_bump_summary_holds_the_verdict_and_the_diffs(tmp_path):
     done = run_step("Verdict and diffs in the job summary", tmp_path, GITHUB_STEP_SUMMARY=str(summary))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "wrote no verdict" in summary.read_text() and "no index" in summary.read_text()
+
+
+# --- the nightly workflow's histories ---------------------------------------------------------------------------
+
+NIGHTLY = WORKFLOWS / "nightly.yml"
+HISTORY_SCRIPT = REPO_ROOT / "scripts" / "nightly_history.sh"
+
+
+def git(*args, cwd):
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def runner(tmp_path):
+    """A bare repository standing for the project's remote, and a checkout of it standing for the runner's."""
+    origin, work = tmp_path / "origin.git", tmp_path / "work"
+    git("init", "--quiet", "--bare", str(origin), cwd=tmp_path)
+    git("init", "--quiet", str(work), cwd=tmp_path)
+    git("remote", "add", "origin", str(origin), cwd=work)
+    return work
+
+
+def history_script(action, *names, cwd, **env):
+    return subprocess.run(["bash", str(HISTORY_SCRIPT), action, *names], cwd=cwd, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", **env})
+
+
+def test_a_night_that_cannot_fetch_its_history_fails_with_the_reason(runner):
+    """No branch yet (or no network): the night fails and says why, instead of starting a new history unseen."""
+    done = history_script("fetch", "history-cpu-wall", cwd=runner)
+    assert done.returncode == 1 and "cannot fetch the histories' branch nightly-history" in done.stderr, done
+    assert "NEW_HISTORY=1" in done.stderr and not (runner / "history" / "history-cpu-wall.json").exists()
+    started = history_script("fetch", "history-cpu-wall", cwd=runner, NEW_HISTORY="1")
+    assert started.returncode == 0 and "new histories start tonight" in started.stdout, started
+
+
+def test_the_histories_are_kept_on_their_branch_and_recovered_from_it(runner, tmp_path):
+    (runner / "history").mkdir()
+    wall, counts = runner / "history" / "history-cpu-wall.json", runner / "history" / "history-cpu-instructions.json"
+    wall.write_text('{"night": 1}\n')
+    counts.write_text('{"count": 1}\n')
+    stored = history_script("store", "history-cpu-wall", "history-cpu-instructions", cwd=runner)
+    assert stored.returncode == 0 and "stored" in stored.stdout, stored
+    wall.write_text('{"night": 2}\n')  # the next night appends to one of them
+    assert history_script("store", "history-cpu-wall", "history-cpu-instructions", cwd=runner).returncode == 0
+    # a fresh runner: an empty workspace, the branch is all there is
+    fresh = tmp_path / "fresh"
+    git("clone", "--quiet", str(tmp_path / "origin.git"), str(fresh), cwd=tmp_path)
+    fetched = history_script("fetch", "history-cpu-wall", "history-cpu-instructions", cwd=fresh)
+    assert fetched.returncode == 0, fetched
+    assert (fresh / "history" / "history-cpu-wall.json").read_text() == '{"night": 2}\n'
+    assert (fresh / "history" / "history-cpu-instructions.json").read_text() == '{"count": 1}\n'
+    log = git("log", "--format=%s", "origin/nightly-history", cwd=fresh).splitlines()
+    assert len(log) == 2 and all(s.startswith("nightly histories:") for s in log), log
+    # a file the branch lacks is a failure too, unless a new history is started on purpose
+    missing = history_script("fetch", "history-cpu-structure", cwd=fresh)
+    assert missing.returncode == 1 and "has no history/history-cpu-structure.json" in missing.stderr, missing
+    assert history_script("fetch", "history-cpu-structure", cwd=fresh, NEW_HISTORY="1").returncode == 0
+
+
+def test_the_nightly_judges_only_a_night_whose_histories_were_fetched():
+    spec = yaml.safe_load(NIGHTLY.read_text())
+    steps = {s.get("name"): s for s in spec["jobs"]["speed"]["steps"]}
+    assert "scripts/nightly_history.sh fetch" in steps["Fetch the histories"]["run"]
+    for name in ("Append tonight", "Changes over the histories", "Keep the histories (branch nightly-history)"):
+        assert "steps.fetch.outcome == 'success'" in steps[name]["if"], name
+    assert "scripts/nightly_history.sh store" in steps["Keep the histories (branch nightly-history)"]["run"]
+    assert spec["permissions"]["contents"] == "write"
+    assert "continue-on-error" not in steps["Fetch the histories"], "a failed fetch must fail the night"

@@ -10,7 +10,6 @@ import ast
 import shutil
 import subprocess
 import sys
-import time
 import zipfile
 
 import pytest
@@ -22,6 +21,9 @@ from harness.points import load_spec
 # The wheel's build and script run beside the other tests (pytest.mark.early) at the lowest priority: they take the
 # cores the tests leave idle, and do not hold up torch's threads, which wait for each other in every parallel region.
 NICE = ["nice", "-n", "19"] if shutil.which("nice") else []
+# Hang guards only, not a judgement of speed: at the lowest priority on a busy machine this work has no upper bound
+# on its time (a `pip wheel` took over 300 s beside three busy processes); a hang still ends the test.
+HANG = 1800
 THREE_CHUNKS = load_spec()["texts"]["three"]  # three chunks at 2 s on the tiny checkpoint: the worker is still busy
 
 
@@ -30,19 +32,19 @@ def build_and_use_the_wheel(folder):
     outside the checkout: `import fastpath` imports no torch, importing omnivoice after it leaves CUDA uninitialised
     and the OmniVoice class unpatched (a lean import), then load, apply, generate, revert, and a stream left open at
     the exit. One interpreter for both checks: each start costs about 9 s of imports on a 2-core machine. Returns
-    the wheel's file names and METADATA, the script's result and how long its interpreter took to exit."""
+    the wheel's file names and METADATA, the script's result and what its exit handler saw of the open stream."""
     source = folder / "src"  # a copy: building in the checkout would leave build/ there
     shutil.copytree(REPO_ROOT, source, ignore=lambda d, names: [n for n in names if n in (
         ".git", ".venv", ".cache", "out", "build", "__pycache__") or n.endswith(".egg-info")])
     subprocess.run([*NICE, sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(folder), str(source)], check=True, capture_output=True, timeout=300)
+                    str(folder), str(source)], check=True, capture_output=True, timeout=HANG)
     (wheel,) = folder.glob("fastpath-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("/METADATA"))).decode()
     unpacked = folder / "site"
     zipfile.ZipFile(wheel).extractall(unpacked)
     code = (
-        "import fastpath, sys, time\n"
+        "import fastpath, sys\n"
         f"assert fastpath.__file__.startswith({str(unpacked)!r}), fastpath.__file__\n"
         "assert 'torch' not in sys.modules, 'import fastpath imported torch'\n"
         "import torch\n"
@@ -54,19 +56,22 @@ def build_and_use_the_wheel(folder):
         "model.generate(text='Hello.', language='en', num_step=2)\n"
         "assert fastpath.revert(model) == []\n"
         "assert 'harness' not in sys.modules\n"
+        "import atexit\n"  # registered before the stream's own exit handler, so it runs after it (last in, first out)
+        "atexit.register(lambda: print('at exit: cancelled', stream._cancel.is_set(), 'stopped', stream._stopped.is_set(), "
+        "flush=True))\n"
         f"stream = fastpath.stream(model, {THREE_CHUNKS!r}, language='en', num_step=4, audio_chunk_duration=2.0)\n"
         "next(stream)\n"
-        "print('ok', time.monotonic(), flush=True)\n"
+        "print('ok', flush=True)\n"
     )
     try:
-        done = subprocess.run([*NICE, sys.executable, "-c", code], cwd=folder, capture_output=True, text=True, timeout=180,
+        done = subprocess.run([*NICE, sys.executable, "-c", code], cwd=folder, capture_output=True, text=True, timeout=HANG,
                               env={"PYTHONPATH": str(unpacked), "PATH": "/usr/bin:/bin", "HOME": str(folder)})
     except subprocess.TimeoutExpired as err:
         return {"wheel": wheel.name, "names": names, "metadata": metadata, "timeout": err.timeout}
-    ended = [line for line in done.stdout.splitlines() if line.startswith("ok ")]
-    lag = time.monotonic() - float(ended[0].split()[1]) if ended else None
+    lines = done.stdout.splitlines()
     return {"wheel": wheel.name, "names": names, "metadata": metadata, "timeout": None, "returncode": done.returncode,
-            "ended": bool(ended), "stderr": done.stderr[-3000:], "lag": lag}
+            "ended": "ok" in lines, "at_exit": [line for line in lines if line.startswith("at exit:")],
+            "stderr": done.stderr[-3000:]}
 
 
 @pytest.mark.early.with_args(build_and_use_the_wheel)  # with_args: a lone callable would be decorated
@@ -80,10 +85,12 @@ def test_the_wheel_holds_the_patches_and_needs_torch_and_omnivoice_alone(early):
                       if line.startswith("Requires-Dist:") and "extra ==" not in line)
     assert requires == ["omnivoice", "torch"], requires
     if early["timeout"] is not None:
-        pytest.fail(f"the script did not exit in {early['timeout']:.0f} s: an open stream held up the interpreter's "
-                    f"exit")
+        pytest.fail(f"the script did not exit in {early['timeout']:.0f} s (the hang guard): an open stream held up the "
+                    f"interpreter's exit")
     assert early["returncode"] == 0 and early["ended"], early["stderr"]
-    assert early["lag"] < 10, f"the interpreter took {early['lag']:.1f} s to exit after the script's end (a stream was left open)"
+    # the event, not a duration (a clock here fails on a busy machine with nothing wrong): at the exit, the stream
+    # left open was cancelled and its worker left upstream's code before the interpreter went down
+    assert early["at_exit"] == ["at exit: cancelled True stopped True"], (early["at_exit"], early["stderr"])
 
 
 def imports(path, modules) -> set:

@@ -46,7 +46,7 @@ class Sections(HTMLParser):
 
 def test_the_page_has_every_point_and_the_alarm_on_top(regressed):
     h, reports = regressed
-    text = page_html(h, reports)
+    text = page_html([(h, reports)])
     parsed = Sections()
     parsed.feed(text)
     assert parsed.points == ["a", "b", "c"]
@@ -95,7 +95,7 @@ def test_the_page_loads_in_chromium_without_errors_and_shows_the_regression(brow
 
     h, reports = regressed
     page = tmp_path / "index.html"
-    page.write_text(page_html(h, reports))
+    page.write_text(page_html([(h, reports)]))
     browser.get(page.as_uri())
     assert console_errors(browser) == []
     sections = browser.find_elements(By.CSS_SELECTOR, "section.point")

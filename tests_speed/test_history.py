@@ -201,3 +201,37 @@ def test_the_cli_exits_2_with_the_fix_on_bad_input(tmp_path, capsys):
     bad.write_text("[]")
     assert main(["append", str(tmp_path / "h.json"), str(bad)]) == 2
     assert "neither a fastpath speed baseline nor a pytest-benchmark" in capsys.readouterr().err
+
+
+def test_accept_refuses_a_night_on_which_nothing_began(tmp_path, capsys):
+    """Accepting a night where the rule found no slowdown of that point is refused (it exited 0 and recorded it)."""
+    history = nightly(tmp_path, STEADY + [1.10, 1.101, 1.099], other=0.5)
+    h = load_history(history)
+    quiet_night = h.nights[3].id
+    with pytest.raises(HistoryError, match="no slowdown of p began on night"):
+        accept(history, "p", quiet_night, "why")
+    assert main(["accept", str(history), "other", "--night", h.nights[len(STEADY)].id, "--reason", "why"]) == 2
+    assert "the rule found no slowdown of it" in capsys.readouterr().err
+    assert load_history(history).accepted == []
+
+
+@pytest.mark.parametrize("alpha", ["0", "-0.01", "nan", "5", "x"])
+def test_check_refuses_an_alpha_outside_its_range(tmp_path, capsys, alpha):
+    history = nightly(tmp_path, STEADY)
+    with pytest.raises(SystemExit) as stop:
+        main(["check", str(history), "--alpha", alpha])
+    assert stop.value.code == 2 and "(0, 1]" in capsys.readouterr().err
+
+
+def test_a_wall_time_night_beside_competing_work_is_not_judged(tmp_path, capsys):
+    """A night whose run recorded a busy machine (the measuring process waited for a CPU half its time): its wall
+    time is shown, not judged, and check exits 3; a 30% slowdown that night raises nothing."""
+    history = nightly(tmp_path, STEADY)
+    busy = run_file(tmp_path / "busy.json", {"p": 1.3}, "2026-11-20T03:17:00+00:00")
+    data = json.loads(busy.read_text())
+    data["machine"]["conditions"] = {"load_average": 3.8, "cpus": 2, "steal_share": 0.0, "wait_share": 0.5}
+    busy.write_text(json.dumps(data))
+    append(history, [busy])
+    assert main(["check", str(history)]) == 3
+    out = capsys.readouterr().out
+    assert "not judged (busy machine)" in out and "waited for a CPU 50%" in out and "SLOWER" not in out

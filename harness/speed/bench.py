@@ -301,9 +301,12 @@ def main(argv=None, parser: argparse.ArgumentParser | None = None, kind: str = "
     from harness import results as results_files
     from harness.progress import Progress
 
+    from harness.speed import conditions
+
     parser = parser or build_parser()
     args = parser.parse_args(argv)
     command = results_files.command_line()
+    begun = conditions.start()
 
     if args.num_step is not None and args.save_baseline:
         parser.error("--num-step changes the points, so their baseline would be wrong; drop one of the two")
@@ -320,7 +323,7 @@ def main(argv=None, parser: argparse.ArgumentParser | None = None, kind: str = "
     if args.bound:
         progress.say("counting FLOPs (no clock)")
     flops = flop_bounds(variants, args.points, args.num_step) if args.bound else None
-    info = machine_info(args.device)
+    info = dict(machine_info(args.device), conditions=conditions.since(begun))  # what the timings ran beside
     gpu = f"{info.get('gpu_name')}, " if info.get("gpu_name") else ""
     machine = f"{gpu}{summary()}, torch {info['versions']['torch']}, {platform.platform()}"
     print(format_table(results, specs, machine, flops))

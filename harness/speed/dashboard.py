@@ -1,9 +1,10 @@
 """What the history rule found, for people: the markdown summary a workflow shows, and one static HTML page.
 
 The page is a single file with everything inline (SVG plots, a few lines of script, no server, nothing fetched),
-so it opens from a CI artifact: the current alarms on top, then one trend plot per (device, point): the nightly
-medians, the level and the night-to-night band (level x exp(+-2 sigma)) the rule judged each night by, the nights a
-change began marked with their commits, and the machine and versions the history was measured with.
+so it opens from a CI artifact: what tonight was judged by (wall time, unless it ran beside competing work;
+instruction counts; exact counts), the current alarms, then per signal (one history each) one trend plot per point:
+the nightly medians, the level and the night-to-night band (level x exp(+-2 sigma)) the rule judged each night by,
+the nights a change began marked with their commits, nights not judged marked, and the machine and versions.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import html
 import math
 
-from harness.speed.changes import PointReport
+from harness.speed.changes import WALL_METRICS as WALL, PointReport
 
 WIDTH, HEIGHT, PAD = 760, 220, 48
 
@@ -34,16 +35,46 @@ def began_text(report: PointReport, event) -> str:
     return f"{night.date[:10]} (commit {short(night.commit)}{after})"
 
 
+SIGNALS = {"rtf": "wall time", "seconds": "wall time", "instructions": "instructions", "ops": "exact counts"}
+
+
+def signal(metric: str) -> str:
+    return SIGNALS.get(metric, metric)
+
+
 def event_line(report: PointReport, event) -> str:
+    if event.rule == "exact":
+        what = "; ".join(event.detail[:6]) + (f"; and {len(event.detail) - 6} more" if len(event.detail) > 6 else "")
+        return (f"{'more' if event.kind == 'slower' else 'less'} work since {began_text(report, event)}: {what}")
+    if event.rule == "accepted":
+        return f"{event.change * 100:+.1f}% at {began_text(report, event)}, accepted before any alarm"
     return (f"{abs(event.change) * 100:.1f}% {event.kind} since {began_text(report, event)}, found "
             f"{report.nights[event.alarmed].date[:10]} by the {event.rule} rule (z = {event.z:.1f})")
+
+
+def judged_by(sections: list) -> str:
+    """One line: which signals tonight was judged by, and why wall time was not, if it was not."""
+    judged, not_judged = [], []
+    for _, reports in sections:
+        for r in reports:
+            name = signal(r.metric)
+            if r.status == "not judged":
+                why = r.not_judged.get(len(r.x) - 1, "")
+                not_judged.append(f"{name} ({why})")
+            elif r.status != "missing" and name not in judged:
+                judged.append(name)
+    judged = [j for j in judged if not any(n.startswith(j + " ") for n in not_judged)]
+    line = f"Tonight was judged by: {', '.join(judged) if judged else 'nothing'}."
+    if not_judged:
+        line += f" Not judged: {', '.join(dict.fromkeys(not_judged))}, measured beside competing work."
+    return line
 
 
 def summary_markdown(history, reports: list) -> str:
     """The workflow's step summary: alarms first, then one row per point, then the changes found before."""
     nights = history.nights
     alarms = [(r, e) for r in reports for e in r.trace.open]
-    lines = [f"## Speed history: {history.device_key}", "",
+    lines = [f"## Speed history ({signal(reports[0].metric) if reports else 'empty'}): {history.device_key}", "",
              f"{len(nights)} nights, {nights[0].date[:10]} to {nights[-1].date[:10]}; tonight: commit "
              f"{short(nights[-1].commit)}. Rule: docs/history.md.", ""]
     if alarms:
@@ -54,19 +85,27 @@ def summary_markdown(history, reports: list) -> str:
         lines.append("")
     else:
         lines += ["### No slowdown open", ""]
+    lines += [judged_by([(history, reports)]), ""]
     lines += ["| point | tonight (median) | level | tonight over the level | night-to-night noise | tonight over "
               "last night | status |", "|---|---|---|---|---|---|---|"]
     for r in reports:
         level, sigma = r.trace.level[-1], r.trace.sigma[-1]
+        if r.metric in ("ops",):
+            status = {"alarm": "**MORE WORK**"}.get(r.status, r.status)
+            prev = f"{math.expm1(r.x[-1] - r.x[-2]) * 100:+.2f}%" if len(r.x) > 1 else "-"
+            lines.append(f"| {r.point} | {math.exp(r.x[-1]):,.0f} operator calls | exact | - | 0 | {prev} | {status} |")
+            continue
         last = math.exp(r.x[-1])
-        over = f"{math.expm1(r.x[-1] - level) * 100:+.1f}%" if level is not None else "-"
-        prev = f"{math.expm1(r.x[-1] - r.x[-2]) * 100:+.1f}%" if len(r.x) > 1 else "-"
-        noise = f"{sigma * 100:.1f}%" if sigma is not None else "-"
+        d = 1 if r.metric in WALL else 3  # a count's noise is hundredths of a percent
+        over = f"{math.expm1(r.x[-1] - level) * 100:+.{d}f}%" if level is not None else "-"
+        prev = f"{math.expm1(r.x[-1] - r.x[-2]) * 100:+.{d}f}%" if len(r.x) > 1 else "-"
+        noise = f"{sigma * 100:.{d}f}%" if sigma is not None else "-"
         status = {"learning": f"learning ({len(r.x)} nights)", "missing": "NOT MEASURED tonight",
-                  "alarm": "**SLOWER**"}.get(r.status, r.status)
-        lines.append(f"| {r.point} | {last:.4g} {r.metric} | {math.exp(level):.4g} | {over} | {noise} | {prev} | "
-                     f"{status} |" if level is not None else
-                     f"| {r.point} | {last:.4g} {r.metric} | - | - | - | {prev} | {status} |")
+                  "alarm": "**SLOWER**", "not judged": "not judged (busy machine)"}.get(r.status, r.status)
+        number = "{:.4g}" if r.metric in WALL else "{:,.0f}"
+        lines.append(f"| {r.point} | {number.format(last)} {r.metric} | {number.format(math.exp(level))} | {over} | "
+                     f"{noise} | {prev} | {status} |" if level is not None else
+                     f"| {r.point} | {number.format(last)} {r.metric} | - | - | - | {prev} | {status} |")
     past = [(r, e) for r in reports for e in r.trace.events if e.status != "open"]
     if past:
         lines += ["", "### Changes found before", ""]
@@ -128,7 +167,7 @@ def plot_svg(report: PointReport) -> str:
     out.append('<polyline class="series" points="' + " ".join(f"{px(i):.1f},{py(v):.1f}"
                                                              for i, v in enumerate(values)) + '"/>')
     for i, (v, night) in enumerate(zip(values, report.nights)):
-        cls = "night slow" if i in opened else "night"
+        cls = "night slow" if i in opened else "night not-judged" if i in report.not_judged else "night"
         samples = night.points[report.point]["samples"]
         out.append(f'<circle class="{cls}" cx="{px(i):.1f}" cy="{py(v):.1f}" r="3"><title>'
                    f'{html.escape(night.date)} commit {html.escape(short(night.commit))}: median {v:.4g} '
@@ -142,11 +181,11 @@ body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em auto; max-width: 800p
 .alarm { background: #fde8e8; border-left: 4px solid #c00; padding: .4em .8em; margin: .4em 0; }
 .ok { background: #e8f6ea; border-left: 4px solid #2a7; padding: .4em .8em; }
 section.point { border-top: 1px solid #ddd; margin-top: 1em; }
-section.point.has-alarm h2 { color: #c00; }
+section.point.has-alarm h3 { color: #c00; } h2.signal { margin-top: 1.5em; }
 .trend .axis { stroke: #888; } .trend .tick { font-size: 11px; fill: #555; }
 .trend .band { fill: #2a7; opacity: .15; } .trend .level { fill: none; stroke: #2a7; stroke-dasharray: 4 3; }
 .trend .series { fill: none; stroke: #36c; stroke-width: 1.5; } .trend .night { fill: #36c; }
-.trend .night.slow { fill: #c00; } .trend .change { stroke: #c00; stroke-dasharray: 3 3; }
+.trend .night.slow { fill: #c00; } .trend .night.not-judged { fill: #fff; stroke: #999; } .trend .change { stroke: #c00; stroke-dasharray: 3 3; }
 .trend .change.faster { stroke: #2a7; } .trend .change-label { font-size: 11px; fill: #c00; }
 table { border-collapse: collapse; } td, th { padding: .15em .6em; border-bottom: 1px solid #eee; text-align: left; }
 """
@@ -160,24 +199,22 @@ document.getElementById("only-alarms").addEventListener("change", function (even
 """
 
 
-def page_html(history, reports: list) -> str:
-    """The dashboard: one self-contained HTML file."""
-    nights = history.nights
-    machine = nights[-1].machine
-    versions = machine.get("versions") or {}
-    alarms = [(r, e) for r in reports for e in r.trace.open]
+def page_html(sections: list) -> str:
+    """The dashboard: one self-contained HTML file over [(history, reports)], one history per signal."""
     esc = html.escape
+    latest = max((h.nights[-1] for h, _ in sections), key=lambda n: n.date)
+    machine = latest.machine
+    versions = machine.get("versions") or {}
+    alarms = [(h, r, e) for h, reports in sections for r in reports for e in r.trace.open]
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           f"<title>Speed history: {esc(history.device_key)}</title>", f"<style>{STYLE}</style></head><body>",
-           f"<h1>Speed history</h1><p><code>{esc(history.device_key)}</code>: {len(nights)} nights, "
-           f"{esc(nights[0].date[:10])} to {esc(nights[-1].date[:10])}, tonight commit "
-           f"<code>{esc(short(nights[-1].commit))}</code>.</p>",
-           '<div id="alarms">']
+           "<title>Speed history</title>", f"<style>{STYLE}</style></head><body>",
+           f"<h1>Speed history</h1><p>Tonight: {esc(latest.date[:10])}, commit <code>{esc(short(latest.commit))}</code>. "
+           f'<span id="judged-by">{esc(judged_by(sections))}</span></p>', '<div id="alarms">']
     if alarms:
-        for r, e in alarms:
-            out.append(f'<div class="alarm" data-point="{esc(r.point)}"><b>{esc(r.point)}</b>: '
-                       f'{esc(event_line(r, e))}. Accept with <code>{esc(accept_command(history.path, r, e))}</code>'
-                       "</div>")
+        for h, r, e in alarms:
+            out.append(f'<div class="alarm" data-point="{esc(r.point)}"><b>{esc(r.point)}</b> '
+                       f"({esc(signal(r.metric))}): {esc(event_line(r, e))}. Accept with "
+                       f"<code>{esc(accept_command(h.path, r, e))}</code></div>")
     else:
         out.append('<div class="ok">No slowdown open.</div>')
     out.append("</div>")
@@ -188,17 +225,23 @@ def page_html(history, reports: list) -> str:
                                      f"{machine.get('torch_threads', '?')} torch threads, {machine.get('platform', '')}")
                + ". Versions: " + esc(", ".join(f"{k} {v}" for k, v in versions.items())) + ".</p>")
     out.append('<p><label><input type="checkbox" id="only-alarms"> only points with a slowdown open</label></p>')
-    for r in reports:
-        cls = "point has-alarm" if r.trace.open else "point"
-        sigma = r.trace.sigma[-1]
-        noise = f"night-to-night noise {sigma * 100:.1f}%" if sigma is not None else "learning the noise"
-        out.append(f'<section class="{cls}" data-point="{esc(r.point)}"><h2>{esc(r.point)}</h2>'
-                   f"<p>{esc(r.metric)}, median per night; {esc(noise)}; status {esc(r.status)}.</p>")
-        out.append(plot_svg(r))
-        if r.trace.events:
-            out.append("<ul>" + "".join(f"<li>{esc(event_line(r, e))}: {esc(e.status)}</li>"
-                                        for e in r.trace.events)
-                       + "</ul>")
-        out.append("</section>")
+    for history, reports in sections:
+        name = signal(reports[0].metric) if reports else "empty"
+        out.append(f'<h2 class="signal">{esc(name)}</h2><p><code>{esc(history.device_key)}</code>: '
+                   f"{len(history.nights)} nights, {esc(history.nights[0].date[:10])} to "
+                   f"{esc(history.nights[-1].date[:10])}.</p>")
+        for r in reports:
+            cls = "point has-alarm" if r.trace.open else "point"
+            sigma = r.trace.sigma[-1]
+            noise = ("exact counts: any change is named" if r.metric == "ops" else
+                     f"night-to-night noise {sigma * 100:.2f}%" if sigma is not None else "learning the noise")
+            out.append(f'<section class="{cls}" data-point="{esc(r.point)}" data-signal="{esc(name)}">'
+                       f"<h3>{esc(r.point)}</h3><p>{esc(r.metric)}, median per night; {esc(noise)}; status "
+                       f"{esc(r.status)}.</p>")
+            out.append(plot_svg(r))
+            if r.trace.events:
+                out.append("<ul>" + "".join(f"<li>{esc(event_line(r, e))}: {esc(e.status)}</li>"
+                                            for e in r.trace.events) + "</ul>")
+            out.append("</section>")
     out.append(f"<script>{SCRIPT}</script></body></html>")
     return "\n".join(out) + "\n"

@@ -241,7 +241,12 @@ def append(path: str | os.PathLike, run_files: list, labels=()) -> tuple:
 
 
 def accept(path: str | os.PathLike, point: str, night: str, reason: str) -> History:
-    """Record that the slowdown of ``point`` that began on ``night`` (its id) is accepted, with the reason."""
+    """Record that the slowdown of ``point`` that began on ``night`` (its id) is accepted, with the reason. Refused
+    unless the rule found a change of that point beginning on that night. Once recorded, the point's nights from
+    ``night`` on are its new reference, whatever night a later run of the rule (more points, another alpha) places
+    the change on."""
+    from harness.speed.changes import check_history
+
     history = load_history(path)
     if point not in history.point_names:
         raise HistoryError(f"{path} has no point {point!r}; its points are {history.point_names}")
@@ -250,6 +255,13 @@ def accept(path: str | os.PathLike, point: str, night: str, reason: str) -> Hist
                            "alarm with the night its change began")
     if not reason.strip():
         raise HistoryError("give the reason the slowdown is accepted (--reason): it is kept in the history")
+    report = next(r for r in check_history(history) if r.point == point)
+    began = {report.nights[e.began].id: e for e in report.trace.events if e.kind == "slower"}
+    if night not in began:
+        found = ", ".join(f"{i} ({report.nights[e.began].date[:10]}, {e.status})" for i, e in began.items())
+        raise HistoryError(f"no slowdown of {point} began on night {night}, so there is nothing there to accept; "
+                           f"{'its slowdowns began on: ' + found if found else 'the rule found no slowdown of it'} "
+                           f"(`fastpath-suite history check {path}` lists them)")
     entry = {"point": point, "night": night, "reason": reason,
              "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
     if not any(a["point"] == point and a["night"] == night for a in history.accepted):
@@ -258,27 +270,37 @@ def accept(path: str | os.PathLike, point: str, night: str, reason: str) -> Hist
     return history
 
 
+NOT_JUDGED = 3  # exit status: tonight's wall time was measured beside competing work (as `compare`'s unstable)
+
+
 def check(args) -> int:
-    """Run the rule over the history; print the summary, write the page; exit 1 on an open slowdown."""
+    """Run the rule over each history (one per signal: wall time, instructions, exact counts); print the summaries,
+    write the page; exit 1 on an open slowdown, 3 when tonight's wall time is not judged (and nothing is open)."""
     from harness.speed.changes import check_history
     from harness.speed.dashboard import page_html, summary_markdown
 
-    history = load_history(args.history)
-    if not history.nights:
-        raise HistoryError(f"{args.history} has no nights yet; append tonight's run first")
-    reports = check_history(history, args.alpha)
-    text = summary_markdown(history, reports)
+    sections = []
+    for path in args.history:
+        history = load_history(path)
+        if not history.nights:
+            raise HistoryError(f"{path} has no nights yet; append tonight's run first")
+        sections.append((history, check_history(history, args.alpha)))
+    text = "\n".join(summary_markdown(history, reports) for history, reports in sections)
     print(text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "summary.md").write_text(text)
-        (args.out / "index.html").write_text(page_html(history, reports))
-        alarms = [{"point": r.point, "began": r.nights[e.began].id, "began_date": r.nights[e.began].date,
-                   "commit": r.nights[e.began].commit, "change": e.change, "rule": e.rule}
-                  for r in reports for e in r.trace.open]
+        (args.out / "index.html").write_text(page_html(sections))
+        alarms = [{"history": str(h.path), "point": r.point, "metric": r.metric, "began": r.nights[e.began].id,
+                   "began_date": r.nights[e.began].date, "commit": r.nights[e.began].commit, "change": e.change,
+                   "rule": e.rule, "detail": e.detail}
+                  for h, reports in sections for r in reports for e in r.trace.open]
         (args.out / "alarms.json").write_text(json.dumps(alarms, indent=1) + "\n")
         print(f"written: {args.out / 'summary.md'}, {args.out / 'index.html'}, {args.out / 'alarms.json'}")
-    return 1 if any(r.trace.open for r in reports) else 0
+    reports = [r for _, rs in sections for r in rs]
+    if any(r.trace.open for r in reports):
+        return 1
+    return NOT_JUDGED if any(r.status == "not judged" for r in reports) else 0
 
 
 def rates(argv) -> int:
@@ -299,17 +321,36 @@ def rates(argv) -> int:
     results.add_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        rec = history_rates.recorded_from(load_history(args.recorded))
+        history = load_history(args.recorded)
+        rec = history_rates.recorded_from(history)
     except (HistoryError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    metrics = {history.nights[0].points[p]["metric"] for p in rec.points}
     progress = Progress("history rates", args.quiet)
-    progress.say(f"{rec.runs} recorded runs of {len(rec.points)} points, {args.histories} simulated histories a row")
-    fig = history_rates.measure(rec, args.histories, args.seed, progress)
+    progress.say(f"{rec.runs} recorded runs of {len(rec.points)} points ({', '.join(sorted(metrics))}), "
+                 f"{args.histories} simulated histories a row")
+    if metrics == {"instructions"}:
+        fig = history_rates.measure_counts(rec, "instructions", args.histories, args.seed, progress)
+        kind, text = "history-rates-instructions", history_rates.render_count_results
+    else:
+        fig = history_rates.measure(rec, args.histories, args.seed, progress)
+        kind, text = "history-rates", history_rates.render_results
     fig["recorded"] = str(args.recorded)
-    print(history_rates.render_results(fig))
-    results.write_if_asked(args, "history-rates", fig)
+    print(text(fig))
+    results.write_if_asked(args, kind, fig)
     return 0
+
+
+def alpha_option(text: str) -> float:
+    import argparse
+
+    from harness.speed.changes import check_alpha
+
+    try:
+        return check_alpha(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def main(argv=None) -> int:
@@ -327,11 +368,14 @@ def main(argv=None) -> int:
     add.add_argument("history", type=Path, help="the history file of one device, e.g. history/speed-cpu.json")
     add.add_argument("runs", nargs="+", type=Path, help="pytest-benchmark --benchmark-json file(s) or baselines")
     add.add_argument("--label", action="append", default=[], help="a word kept with the night (e.g. busy-core)")
-    chk = verbs.add_parser("check", help="the change rule over the history: exit 1 when a slowdown is open",
+    chk = verbs.add_parser("check", help="the change rule over the histories: exit 1 when a slowdown is open, 3 "
+                                         "when tonight's wall time is not judged (measured beside competing work)",
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    chk.add_argument("history", type=Path)
+    chk.add_argument("history", type=Path, nargs="+",
+                     help="history files, one per signal (wall time, instructions, exact counts) of one runner")
     chk.add_argument("--out", type=Path, default=None, help="write summary.md, index.html (the page), alarms.json")
-    chk.add_argument("--alpha", type=float, default=ALPHA, help="false alarms per clean night, the whole suite")
+    chk.add_argument("--alpha", type=alpha_option, default=ALPHA,
+                     help="false alarms per clean night, the whole suite, in (0, 1]")
     acc = verbs.add_parser("accept", help="accept a slowdown: its new level becomes the reference")
     acc.add_argument("history", type=Path)
     acc.add_argument("point")

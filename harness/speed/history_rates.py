@@ -29,6 +29,8 @@ from harness.speed import changes
 
 # the recorded nights the docs' table is measured on (scripts/record_nights.sh wrote it)
 RECORDED = REPO_ROOT / "fixtures" / "nights" / "cpu-amd-epyc-avx2-2c-2t.json"
+# instruction counts of the tiny counting points, recorded the same way (record-nights --signal instructions)
+RECORDED_INSTRUCTIONS = REPO_ROOT / "fixtures" / "nights" / "cpu-amd-epyc-avx2-2c-2t-instructions.json"
 
 BLOCK = 3  # recorded runs per bootstrap block
 ESTABLISHED = 20  # clean nights every simulated history starts with
@@ -196,6 +198,104 @@ def measure(rec: Recorded, histories: int = 400, seed: int = 0, progress=None, p
 
 
 GAUSSIAN = (0.01, 0.02)  # night-to-night noise of the synthetic runners the table compares with
+
+# --- a count signal (instructions under callgrind): one sample a night, noise of hundredths of a percent ----------
+COUNT_GOALS = {  # name -> (goal, "at most" or "at least")
+    "false_alarms_per_100": (1.0, "at most"),
+    "step5_first_night": (0.95, "at least"),
+    "step2_within_3": (0.90, "at least"),
+    "drift1_before_5pct": (0.90, "at least"),
+    "named_exactly": (0.80, "at least"),
+}
+COUNT_STEPS = (0.005, 0.01, 0.02, 0.05, 0.10)
+
+
+def measure_counts(rec: Recorded, metric: str, histories: int = 400, seed: int = 0, progress=None) -> dict:
+    """The goals of a count signal on its recorded runs, with that metric's rule (changes.rule_for): clean nights,
+    steps of COUNT_STEPS, a drift of 1% a night; one sample a night (a count is one number)."""
+    from contextlib import nullcontext
+
+    rng = np.random.default_rng(seed)
+    rule = changes.rule_for(metric, len(rec.points))
+    fig: dict = {"metric": metric, "points": list(rec.points), "runs": rec.runs, "busy_runs": int(sum(rec.busy)),
+                 "histories": histories, "seed": seed, "block": BLOCK, "established": ESTABLISHED,
+                 "clean_nights": CLEAN_NIGHTS,
+                 "rule": {k: getattr(rule, k) for k in ("points", "alpha", "min_nights", "window", "step_floor",
+                                                        "drift_floor", "min_sigma", "k", "penalty")} | {"h": rule.h},
+                 "noise": count_noise(rec), "steps": {}}
+    rows = [("clean", None)] + [("step", s) for s in COUNT_STEPS] + [("drift", None)]
+    with (progress.stage("rows", total=len(rows)) if progress else nullcontext(lambda label: None)) as step:
+        for kind, arg in rows:
+            if kind == "clean":
+                fig["clean"] = false_alarms(rng, rec, rule, 1, histories)
+            elif kind == "step":
+                fig["steps"][f"{arg:g}"] = injected(rng, rec, rule, 1, histories, step=arg)
+            else:
+                fig["drift"] = injected(rng, rec, rule, 1, histories, drift=0.01, after=6)
+            step(f"{kind} {arg if arg is not None else ''}".strip())
+    named = [fig["steps"]["0.05"], fig["steps"]["0.1"], fig["steps"]["0.02"]]
+    caught = sum(d["caught"] for d in named)
+    fig["goals"] = {"false_alarms_per_100": fig["clean"]["false_alarms_per_100"],
+                    "step5_first_night": fig["steps"]["0.05"]["first_night"],
+                    "step2_within_3": fig["steps"]["0.02"]["within_3"],
+                    "drift1_before_5pct": fig["drift"]["before_5pct"],
+                    "named_exactly": (sum(d["named_exactly"] * d["caught"] for d in named if d["caught"]) / caught
+                                      if caught else None)}
+    return fig
+
+
+def count_noise(rec: Recorded) -> dict:
+    """Per point: the count's median over the runs, its spread (max - min over the runs, as a fraction of the
+    median, and the standard deviation of the log), busy and quiet runs apart."""
+    out = {}
+    for i, p in enumerate(rec.points):
+        values = rec.samples[:, i, 0]
+        quiet = np.array([not b for b in rec.busy])
+        x = np.log(values)
+        out[p] = {"median": float(np.median(values)), "range": float((values.max() - values.min()) / np.median(values)),
+                  "sigma": float(np.std(x, ddof=1)) if len(x) > 1 else 0.0,
+                  "busy_vs_quiet": (float(math.expm1(np.median(x[~quiet]) - np.median(x[quiet])))
+                                    if (~quiet).any() and quiet.any() else None)}
+    return out
+
+
+def render_count_results(fig: dict) -> str:
+    def pct(v, digits=0):
+        return "n/a" if v is None else f"{100 * v:.{digits}f}%"
+
+    rule = fig["rule"]
+    lines = [f"Recorded: {fig['runs']} runs ({fig['busy_runs']} beside a busy core at the same priority) of "
+             f"{len(fig['points'])} points, one count each; {fig['histories']} simulated histories a row (circular "
+             f"block bootstrap, blocks of {fig['block']} runs, {fig['established']} established nights first), seed "
+             f"{fig['seed']}. Rule for {fig['metric']}: alpha {rule['alpha']:g} over {rule['points']} points, floors "
+             f"{pct(rule['step_floor'], 1)} (one night) and {pct(rule['drift_floor'], 1)} (cumulative), noise never "
+             f"below {pct(rule['min_sigma'], 2)}, CUSUM k {rule['k']:g} h {rule['h']:.2f}.", "",
+             "| point | median count | spread over the runs (max - min) | sd of log | busy core against quiet |",
+             "|---|---|---|---|---|"]
+    for p, n in fig["noise"].items():
+        busy = "n/a" if n["busy_vs_quiet"] is None else f"{100 * n['busy_vs_quiet']:+.4f}%"
+        lines.append(f"| {p} | {n['median']:,.0f} | {100 * n['range']:.4f}% | {100 * n['sigma']:.4f}% | {busy} |")
+    labels = {"false_alarms_per_100": ("false alarms per 100 clean nights, whole suite", "<= 1"),
+              "step5_first_night": ("5% step caught on its first night", ">= 95%"),
+              "step2_within_3": ("2% step caught within 3 nights", ">= 90%"),
+              "drift1_before_5pct": ("drift of 1% a night caught before 5%", ">= 90%"),
+              "named_exactly": ("change night named exactly (2%, 5% and 10% steps)", ">= 80%")}
+    lines += ["", "| measure | recorded runs | goal | met |", "|---|---|---|---|"]
+    for name, (label, goal) in labels.items():
+        v = fig["goals"][name]
+        shown = f"{v:.2f}" if name == "false_alarms_per_100" else pct(v)
+        g, sense = COUNT_GOALS[name]
+        ok = v is not None and (v <= g if sense == "at most" else v >= g)
+        lines.append(f"| {label} | {shown} | {goal} | {'yes' if ok else 'NO'} |")
+    lines += ["", "| step | caught on its first night | within 3 nights | named exactly |", "|---|---|---|---|"]
+    for s, d in fig["steps"].items():
+        lines.append(f"| {100 * float(s):g}% | {pct(d['first_night'])} | {pct(d['within_3'])} | "
+                     f"{pct(d['named_exactly'])} |")
+    d = fig["drift"]
+    lines += ["", f"A drift of 1% a night: caught before it reaches 5% {pct(d['before_5pct'])}, within 6 nights "
+              f"{pct(d['within_6'])}. Clean nights: {fig['clean']['false_alarms_per_100']:.2f} false alarms and "
+              f"{fig['clean']['failing_nights_per_100']:.2f} failing nights per 100."]
+    return "\n".join(lines)
 
 
 def gaussian(points: int, sigma: float, seed: int = 0, runs: int = 200) -> Recorded:
