@@ -36,6 +36,7 @@ VERBS = {
     "gpu-check": ("scripts/gpu_check.sh", "the GPU tier in one call on a CUDA machine"),
     "full-size-parity": ("scripts/full_size_parity.py", "bit-exactness of the lossless stack at full-size points"),
     "peer-rates": ("scripts/peer_gate_rates.py", "simulated pass rates of the peer speed gate from a grid run"),
+    "nightly-history": ("scripts/nightly_history.sh", "fetch or store the nightly histories (branch nightly-history)"),
     "record-nights": ("scripts/record_nights.sh", "repeated runs of nightly points: the noise `history rates` uses"),
     "speed-gate-check": ("scripts/validate_speed_gate.sh", "record a CPU baseline, 5 clean reruns, one slowed run"),
     "results": ("harness.results:main", "render docs/results.md from the results files (--check: verify)"),

@@ -13,7 +13,7 @@
 #            measurement: on a 2-core machine it slows every point 3-4x. About 3 minutes a run on a 2-core machine:
 #            keep the machine otherwise idle.
 #   --signal instructions: each run is `fastpath-suite instructions` (every counting point, stock and lossless, in
-#            one process under callgrind: about 10 minutes); every 4th run beside a busy loop at the same priority
+#            one process under callgrind: about 7 to 9 minutes); every 4th run beside a busy loop at the same priority
 #            (labelled busy-core): a count must not move with it. --points: only these counting points (e.g. the
 #            four tiny ones: one process of about 7 minutes a run); --jobs N: N runs side by side (a count does not
 #            move with the load; each run is one process per checkpoint size, one thread each).
@@ -41,7 +41,7 @@ suffix=""; [ "$signal" = instructions ] && suffix=-instructions
 history=${args[1]:-fixtures/nights/$key$suffix.json}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"; [ -n "${busy:-}" ] && kill "$busy" 2>/dev/null || true' EXIT
-minutes=3; [ "$signal" = instructions ] && minutes=10
+minutes=3; [ "$signal" = instructions ] && minutes=8
 pflag=(); [ ${#points[@]} -gt 0 ] && pflag=(--points "${points[@]}")
 i=0
 while [ "$i" -lt "$runs" ]; do

@@ -276,36 +276,40 @@ def second_model(checkpoint):
     return load_model(checkpoint)
 
 
+SHORT = dict(POINTS["auto_voice"], num_step=2)
+
+
+@pytest.fixture(scope="module")
+def second_stock_run(second_model):
+    return record_generation(second_model, seed=0, **SHORT)
+
+
 @pytest.mark.cpu
 @pytest.mark.parametrize("names", [[n] for n in fastpath.PATCHES] + [list(fastpath.LOSSLESS)],
                          ids=[*fastpath.PATCHES, "lossless-stack"])
-def test_patches_touch_the_instance_only(model, second_model, names):
+def test_patches_touch_the_instance_only(model, second_model, second_stock_run, names):
     """Applying and reverting a patch (alone, and the lossless stack) changes no class and no module global a second
     model in the same process shares, and that stock model keeps running stock code while the other is patched."""
     if names == ["batch_invariant"]:
         refused_here(model, "batch_invariant")
-    point = dict(POINTS["auto_voice"], num_step=2)
-    stock = record_generation(second_model, seed=0, **point)
     before = reachable_state(model)
     fastpath.apply(model, names)
     try:
         assert not changed(before, reachable_state(model)), (f"{names} changed shared state: "
                                                               f"{changed(before, reachable_state(model))}")
         assert fastpath.applied(second_model) == []
-        assert not compare_runs(stock, record_generation(second_model, seed=0, **point)), (
+        assert not compare_runs(second_stock_run, record_generation(second_model, seed=0, **SHORT)), (
             f"the stock model beside one patched with {names} no longer runs stock code")
     finally:
         fastpath.revert(model, names)
     assert not changed(before, reachable_state(model)), f"reverting {names} left shared state changed"
 
 
-def test_a_patch_that_sets_its_method_on_the_class_is_caught(model, second_model, monkeypatch):
+def test_a_patch_that_sets_its_method_on_the_class_is_caught(model, second_model, second_stock_run, monkeypatch):
     """Known worse for the test above: a 'patch' that puts its loop on the class (here: one that also changes the
     tokens) is named as changed shared state, and the stock model beside it no longer runs stock code."""
     from omnivoice import OmniVoice
 
-    point = dict(POINTS["auto_voice"], num_step=2)
-    stock = record_generation(second_model, seed=0, **point)
     before = reachable_state(model)
     upstream = OmniVoice._generate_iterative
 
@@ -314,4 +318,4 @@ def test_a_patch_that_sets_its_method_on_the_class_is_caught(model, second_model
 
     monkeypatch.setattr(OmniVoice, "_generate_iterative", on_the_class)
     assert changed(before, reachable_state(model)) == ["class omnivoice.models.omnivoice.OmniVoice._generate_iterative"]
-    assert compare_runs(stock, record_generation(second_model, seed=0, **point))
+    assert compare_runs(second_stock_run, record_generation(second_model, seed=0, **SHORT))
