@@ -250,12 +250,10 @@ def count_noise(rec: Recorded) -> dict:
     out = {}
     for i, p in enumerate(rec.points):
         values = rec.samples[:, i, 0]
-        quiet = np.array([not b for b in rec.busy])
         x = np.log(values)
         out[p] = {"median": float(np.median(values)), "range": float((values.max() - values.min()) / np.median(values)),
                   "sigma": float(np.std(x, ddof=1)) if len(x) > 1 else 0.0,
-                  "busy_vs_quiet": (float(math.expm1(np.median(x[~quiet]) - np.median(x[quiet])))
-                                    if (~quiet).any() and quiet.any() else None)}
+                  "busy_vs_quiet": busy_effect(x, rec.busy)}
     return out
 
 
@@ -284,9 +282,7 @@ def render_count_results(fig: dict) -> str:
     for name, (label, goal) in labels.items():
         v = fig["goals"][name]
         shown = f"{v:.2f}" if name == "false_alarms_per_100" else pct(v)
-        g, sense = COUNT_GOALS[name]
-        ok = v is not None and (v <= g if sense == "at most" else v >= g)
-        lines.append(f"| {label} | {shown} | {goal} | {'yes' if ok else 'NO'} |")
+        lines.append(f"| {label} | {shown} | {goal} | {'yes' if met(name, v, COUNT_GOALS) else 'NO'} |")
     lines += ["", "| step | caught on its first night | within 3 nights | named exactly |", "|---|---|---|---|"]
     for s, d in fig["steps"].items():
         lines.append(f"| {100 * float(s):g}% | {pct(d['first_night'])} | {pct(d['within_3'])} | "
@@ -328,17 +324,23 @@ def noise_figures(rec: Recorded) -> dict:
     out = {}
     for i, p in enumerate(rec.points):
         x = np.log(med[:, i])
-        quiet = np.array([not b for b in rec.busy])
         out[p] = {"night_sigma": float(changes.MAD_SCALE * np.median(np.abs(x - np.median(x)))),
                   "within_sigma": float(np.median(changes.within_night_sigma(rec.samples[:, i]))),
-                  "busy_slowdown": (float(math.expm1(np.median(x[~quiet]) - np.median(x[quiet])))
-                                    if (~quiet).any() and quiet.any() else None),
+                  "busy_slowdown": busy_effect(x, rec.busy),
                   "median": float(np.median(med[:, i]))}
     return out
 
 
-def met(name: str, value) -> bool:
-    goal, sense = GOALS[name]
+def busy_effect(x: np.ndarray, busy) -> float | None:
+    """The busy runs' median over the quiet runs' (log values x, one per run), as a fraction; None without both."""
+    noisy = np.asarray(busy, dtype=bool)
+    if not noisy.any() or noisy.all():
+        return None
+    return float(math.expm1(np.median(x[noisy]) - np.median(x[~noisy])))
+
+
+def met(name: str, value, goals: dict | None = None) -> bool:
+    goal, sense = (GOALS if goals is None else goals)[name]
     return value is not None and (value <= goal if sense == "at most" else value >= goal)
 
 
