@@ -23,6 +23,8 @@ MARKERS = {
     "mps": "needs an Apple MPS device",
     "slow": "full-size model, long measurement or the rest of a long grid; run with --slow or -m slow",
     "real_weights": f"needs a real OmniVoice checkpoint: --checkpoint PATH or {ENV_CHECKPOINT}=PATH",
+    "control": "a gate's control the default run leaves out for its time: `.ci/run` runs these right after the "
+               "default run, on every change (docs/controls.md, runs `ci`)",
     "quality": "judges generated speech: words (Whisper WER), voice (GE2E SIM), predicted MOS (DNSMOS)",
     "early": "early.with_args(start): start(folder) runs in a thread from the end of collection; the `early` "
              "fixture gives its result",

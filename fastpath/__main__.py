@@ -10,7 +10,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
+
+# pydub, which omnivoice imports, warns on import when no ffmpeg is on PATH. Nothing here asks pydub to decode a
+# file (the suite reads and writes WAV with soundfile), so the command lines hide that one warning, and only it.
+FFMPEG_WARNING = "Couldn't find ffmpeg or avconv"
+
+
+def quiet_ffmpeg_warning() -> None:
+    warnings.filterwarnings("ignore", message=FFMPEG_WARNING, category=RuntimeWarning)
 
 
 def fingerprints_main(argv, prog: str = "python -m fastpath fingerprints") -> int:
@@ -65,6 +74,7 @@ def main(argv=None) -> int:
         print("usage: python -m fastpath fingerprints [--record] [--source FILE --version X] [--only NAME ...]\n"
               "(the suite's report: fastpath-suite report, from a checkout of the repository)", file=sys.stderr)
         return 2
+    quiet_ffmpeg_warning()
     return fingerprints_main(argv[1:])
 
 

@@ -6,9 +6,12 @@ module entry points (`python -m harness.speed.bench`, ...) still work and are th
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+from fastpath.__main__ import FFMPEG_WARNING, quiet_ffmpeg_warning
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -85,6 +88,9 @@ def main(argv=None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
         return 0 if argv else 2
+    quiet_ffmpeg_warning()  # here, and in the Python processes a verb starts (PYTHONWARNINGS is inherited)
+    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"),
+                                                          f"ignore:{FFMPEG_WARNING}:RuntimeWarning"]))
     verb, rest = argv[0], argv[1:]
     if verb not in VERBS:
         print(f"fastpath-suite: unknown verb {verb!r}\n\n{usage()}", file=sys.stderr)

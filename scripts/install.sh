@@ -75,7 +75,7 @@ chmod +x .venv/bin/fastpath-suite
 .venv/bin/python -c 'import faster_whisper, resemblyzer, speechmos.dnsmos, hypothesis, selenium, ruptures' \
   > .venv/judges-import.log 2>&1 &
 judges=$!
-.venv/bin/python -c "import importlib.metadata as m, torch, torchaudio, omnivoice, fastpath, harness
+.venv/bin/python -W "ignore:Couldn't find ffmpeg:RuntimeWarning" -c "import importlib.metadata as m, torch, torchaudio, omnivoice, fastpath, harness
 from harness.checkpoint import build_checkpoint
 print('test checkpoint:', build_checkpoint('tiny'))
 print('installed: torch', torch.__version__, '| omnivoice', m.version('omnivoice'), '| command line: .venv/bin/fastpath-suite')"

@@ -1,8 +1,9 @@
 """docs/controls.md is true: every gate's controls listed there exist and run where the table says, every day.
 
 The table's `runs` column names a run; each run is a selection that this test evaluates on the collected tests:
-`default` (the default run: no slow, cuda, mps or real_weights mark), `nightly:slow` and `nightly:speed` (the
-nightly workflow's jobs, their folders and -m expressions read from .github/workflows/nightly.yml), `gpu` (the gpu
+`default` (the default run: no slow, cuda, mps or real_weights mark), `ci` (the stage `.ci/run` runs after the
+default run, on every change: its pytest line read from .ci/run), `nightly:slow` and `nightly:speed` (the nightly
+workflow's jobs, their folders and -m expressions read from .github/workflows/nightly.yml), `gpu` (the gpu
 workflow's -m expression). A listed test that is gone, or that the run no longer reaches, fails here.
 """
 
@@ -21,6 +22,7 @@ from harness import REPO_ROOT
 
 DOC = REPO_ROOT / "docs" / "controls.md"
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
+CI = REPO_ROOT / ".ci" / "run"
 NOT_DEFAULT = ("slow", "cuda", "mps", "real_weights")
 
 
@@ -31,6 +33,14 @@ def table() -> list:
         if len(cells) == 5 and cells[3].startswith("`tests_"):
             rows.append({"gate": cells[0], "kind": cells[2], "test": cells[3].strip("`"), "runs": cells[4]})
     return rows
+
+
+def pytest_call(line: str) -> tuple:
+    """(folders, -m expression, --slow given) of one `python -m pytest ...` command line."""
+    words = shlex.split(line.split("|")[0].split("&&")[-1])
+    args = words[words.index("pytest") + 1:]
+    expr = args[args.index("-m") + 1] if "-m" in args else None
+    return [a for a in args if a.startswith("tests_")], expr, "--slow" in args
 
 
 def pytest_calls(workflow: str, job: str) -> list:
@@ -44,22 +54,29 @@ def pytest_calls(workflow: str, job: str) -> list:
             for line in str(step.get("run", "")).splitlines():
                 if "python -m pytest" not in line:
                     continue
-                line = re.sub(r"\$\{\{\s*matrix\.(\w+)\s*\}\}", lambda m: str(row[m.group(1)]), line.split("|")[0])
-                args = shlex.split(line)[shlex.split(line).index("pytest") + 1:]
-                expr = args[args.index("-m") + 1] if "-m" in args else None
-                folders = [a for a in args if a.startswith("tests_")]
-                calls.append((row.get("device", ""), folders, expr, "--slow" in args))
+                line = re.sub(r"\$\{\{\s*matrix\.(\w+)\s*\}\}", lambda m: str(row[m.group(1)]), line)
+                calls.append((row.get("device", ""), *pytest_call(line)))
     assert calls, f"no pytest call in {workflow} job {job}"
     return calls
+
+
+def ci_calls() -> list:
+    """The pytest lines of .ci/run after its first (the README's test command, the default run)."""
+    lines = [line for line in CI.read_text().splitlines() if "python -m pytest" in line and not line.lstrip().startswith("#")]
+    assert len(lines) >= 2, f"{CI}: the default run and then the controls stage, two pytest lines; found {lines}"
+    return [("", *pytest_call(line)) for line in lines[1:]]
 
 
 def runs(name: str):
     """A predicate on (nodeid, mark names) for a run named in the table."""
     if name == "default":
         return lambda nodeid, marks: not set(marks) & set(NOT_DEFAULT)
-    workflow, job = {"nightly:slow": ("nightly.yml", "slow"), "nightly:speed": ("nightly.yml", "speed"),
-                     "gpu": ("gpu.yml", "cuda")}[name]
-    calls = pytest_calls(workflow, job)
+    if name == "ci":
+        calls = ci_calls()
+    else:
+        workflow, job = {"nightly:slow": ("nightly.yml", "slow"), "nightly:speed": ("nightly.yml", "speed"),
+                         "gpu": ("gpu.yml", "cuda")}[name]
+        calls = pytest_calls(workflow, job)
     if name.startswith("nightly"):
         calls = [c for c in calls if c[0] in ("", "cpu")]  # the CPU row of a matrix, or a job without one
     # (folders, expression, whether slow tests run: --slow, or "slow" in the expression, as conftest.py decides)
@@ -99,7 +116,7 @@ def test_the_table_lists_a_control_of_each_kind_for_every_gate():
     kinds = {}
     for row in rows:
         assert row["kind"] in ("equivalent", "worse"), row
-        assert row["runs"] in ("default", "nightly:slow", "nightly:speed", "gpu"), row
+        assert row["runs"] in ("default", "ci", "nightly:slow", "nightly:speed", "gpu"), row
         kinds.setdefault(row["gate"].split(" (")[0], set()).add(row["kind"])
     for gate in ("version bump", "parity", "quality", "speed", "work counters", "goldens"):
         assert kinds.get(gate) == {"equivalent", "worse"}, (gate, kinds.get(gate))
@@ -121,6 +138,19 @@ def test_every_listed_control_exists_and_runs_where_the_table_says(request):
     assert not wrong, "docs/controls.md is out of date:\n  " + "\n  ".join(wrong)
 
 
+def test_the_ci_stage_runs_exactly_the_tables_ci_rows(request):
+    """`.ci/run`'s controls stage is the tests marked `control`: each is listed as `ci` (so its time is accounted
+    for and its control documented), and each `ci` row is marked."""
+    files = sorted(str(f.relative_to(REPO_ROOT)) for folder in ("tests_patches", "tests_harness", "tests_parity",
+                                                                 "tests_quality") for f in (REPO_ROOT / folder).glob("test_*.py"))
+    tests = collected(request, files)
+    stage = runs("ci")
+    selected = {n for n, marks in tests.items() if stage(n, marks)}
+    listed = {r["test"] for r in table() if r["runs"] == "ci"}
+    unlisted = sorted(n for n in selected if not any(n == t or n.startswith(t + "[") for t in listed))
+    assert selected and not unlisted, f"marked `control` but not a `ci` row of {DOC.name}: {unlisted}"
+
+
 def test_the_nightly_slow_job_runs_the_slow_tier_of_every_folder_but_speed():
     ((_, folders, expr, slow),) = pytest_calls("nightly.yml", "slow")
     assert slow and expr == "slow and not cuda", (expr, slow)
@@ -139,6 +169,10 @@ def test_the_nightly_slow_job_runs_the_slow_tier_of_every_folder_but_speed():
     ("gpu", "tests_parity/test_x.py::t", {"cuda"}, True),
     ("gpu", "tests_parity/test_x.py::t", {"slow"}, False),
     ("gpu", "tests_parity/test_x.py::t", {"slow", "cuda"}, False),  # skipped there: no --slow
+    ("ci", "tests_harness/test_x.py::t", {"slow", "control"}, True),
+    ("ci", "tests_quality/test_x.py::t", {"control"}, True),
+    ("ci", "tests_harness/test_x.py::t", {"slow"}, False),  # slow but not a control: nightly only
+    ("ci", "tests_harness/test_x.py::t", {"control", "cuda"}, False),
 ])
 def test_run_selections_read_from_the_workflows(name, nodeid, marks, expected):
     assert runs(name)(nodeid, marks) is expected

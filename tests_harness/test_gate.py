@@ -505,7 +505,7 @@ def test_gate_refuses_a_one_line_candidate_naming_the_change(name, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dtype, status", [pytest.param("fp32", "pass", id="fp32-passes"),
+@pytest.mark.parametrize("dtype, status", [pytest.param("fp32", "pass", id="fp32-passes", marks=pytest.mark.control),
                                            pytest.param("bf16", "changed", id="bf16-refuses")])
 def test_a_change_of_a_bf16_path_is_seen_only_with_dtype_bf16(dtype, status, tmp_path):
     """The behaviour grid at the dtype a service runs (--dtype; with --device cuda on a GPU): a one-line candidate
@@ -540,6 +540,7 @@ def test_the_gate_passes_device_and_dtype_to_both_recordings(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.control
 def test_gate_lets_the_unmodified_version_ship(tmp_path):
     """0.2.1 copied unchanged, every blocking check whole (the parity tier in its environment included): MAY SHIP.
     About 10 minutes on 2 cores."""

@@ -98,6 +98,7 @@ def test_a_step_on_recorded_nights_is_caught(recorded):
 
 
 @pytest.mark.slow
+@pytest.mark.control
 def test_the_full_table_is_the_results_file(recorded):
     """The table docs/results.md shows is what the code measures: `history rates` rerun with the results file's
     histories and seed gives the same figures (the bootstrap is seeded, the rule deterministic), within a count or

@@ -32,6 +32,7 @@ from harness.points import load_spec, reference
 
 TEXT = load_spec()["texts"]["three"]
 CHUNK_SECONDS = 2.0  # three chunks of the three-sentence text on the tiny checkpoint (asserted below)
+HANG = 600.0  # seconds: a hang guard for the waits below, not a bound (a busy machine may take minutes)
 STEPS = 8  # the chunking and the joins are what is tested here; each step is the loop the bit-exact tier checks at 32
 STACKS = [pytest.param((), id="stock"), pytest.param(tuple(fastpath.LOSSLESS), id="lossless")]
 
@@ -230,10 +231,10 @@ class Steps:
         self.per_chunk[-1] += 1
         if len(self.per_chunk) - 1 == self.hold_chunk and self.per_chunk[-1] == 2:
             self.held.set()
-            self.release.wait(timeout=30)
+            self.release.wait(HANG)
 
 
-def eventually(condition, seconds: float = 30.0) -> bool:
+def eventually(condition, seconds: float = HANG) -> bool:
     deadline = time.monotonic() + seconds
     while not condition():
         if time.monotonic() > deadline:
@@ -265,8 +266,10 @@ def test_stream_runs_one_chunk_ahead_and_cancel_stops_mid_chunk(model, prompt, p
                     f"while the caller held chunk 0 the worker ran steps {steps.per_chunk}: not one chunk ahead")
                 steps.hold_chunk = 2
                 next(gen)  # taking chunk 1 lets chunk 2 start; it is held at its second step
-                assert steps.held.wait(timeout=30), "chunk 2 never started"
-                threading.Timer(0.2, steps.release.set).start()
+                assert steps.held.wait(HANG), "chunk 2 never started"
+                # chunk 2 goes on once close() has asked for the cancel (an event, not a delay: on a busy machine
+                # a timer could let chunk 2 finish before close() even ran)
+                threading.Thread(target=lambda: gen._cancel.wait(HANG) and steps.release.set(), daemon=True).start()
                 gen.close()  # cancels; returns once the worker has stopped
                 ran = list(steps.per_chunk)
                 time.sleep(0.3)

@@ -139,6 +139,7 @@ TRIPLES = [(a, b) for i, a in enumerate(OTHERS) for b in OTHERS[i + 1:] if {a, b
 
 @pytest.mark.cpu
 @pytest.mark.slow
+@pytest.mark.control
 def test_every_ordered_pair_composes(model, references):
     """156 ordered pairs x which one is reverted: 312 sequences, each generated and compared bit for bit. About 25 s
     of a fresh clone's default run, beyond its budget: every night (the nightly slow job); the default run keeps

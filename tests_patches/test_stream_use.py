@@ -22,7 +22,8 @@ from harness.points import load_spec, reference
 
 TEXT = load_spec()["texts"]["three"]
 OTHER = "A plain generate call, with words of its own."
-DEADLINE = 60.0  # seconds any one wait may take; a few on this machine when all is well
+DEADLINE = 600.0  # seconds: a hang guard for each wait, not a bound (a few seconds when all is well; minutes on a
+# busy machine, which must not fail a test)
 pytestmark = pytest.mark.cpu
 
 

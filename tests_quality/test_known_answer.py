@@ -20,6 +20,7 @@ def report(rows, margin_points, seeds) -> str:
 
 @pytest.mark.quality
 @pytest.mark.slow
+@pytest.mark.control
 def test_known_answers_on_espeak_speech(judge, espeak):
     """The small version of the table (docs/quality.md): one repetition, one seed per sentence, margin 8 points:
     another seed's set passes; a set twice the margin worse (words dropped) and one with the last words of its

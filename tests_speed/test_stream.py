@@ -29,6 +29,7 @@ from harness.speed.floors import gated_ratio
 from harness.speed.measure import on_llm_forward
 from harness.speed.streaming import interleaved_listens, listen_stream, playback, stream_bases, stream_failures
 
+HANG = 600.0  # seconds: a hang guard for the wait below, not a bound (a busy machine may take minutes)
 STEPS = 8  # as the README's CPU grid: every step has the same shapes, so fewer steps scale the time, not the ratio
 RATIO_POINT, RATIO_ROUNDS = "clone6-three-32", 2
 BASELINE_POINT, BASELINE_ROUNDS = "clone6-three-32", 6  # >= 6 a side, or Mann-Whitney can never reach p < 0.002
@@ -55,13 +56,13 @@ def test_first_audio_costs_the_first_chunks_work(model, name, most):
     kwargs = dict(point(name).generate_kwargs(model), num_step=STEPS)
     positions = []
     hooks = on_llm_forward(model, lambda hidden: positions.append(hidden.shape[0] * hidden.shape[1]))
-    release, calls = threading.Event(), []
+    release, calls, stuck = threading.Event(), [], []
 
     def hold_chunk_1(iterate):
         def run(task, cfg):
             calls.append(1)
-            if len(calls) == 2:
-                release.wait(timeout=10)  # a stream that waits for chunk 1 before handing out chunk 0 runs on
+            if len(calls) == 2 and not release.wait(HANG):  # chunk 1 waits until chunk 0 is out
+                stuck.append(1)  # a stream that waits for chunk 1 before handing out chunk 0 gets here
             return iterate(task, cfg)
 
         return run
@@ -80,6 +81,7 @@ def test_first_audio_costs_the_first_chunks_work(model, name, most):
     finally:
         for h in hooks:
             h.remove()
+    assert not stuck, f"{name}: the stream held chunk 0 back until chunk 1 was made"
     share = first / whole
     print(f"{name}: {first} of {whole} LLM positions before the first audio ({share:.3f})")
     assert 0 < share <= most, f"{name}: the first audio needed {share:.3f} of a whole generate's work (most {most})"
