@@ -321,3 +321,14 @@ def test_the_gate_s_quality_check_shows_the_refusal(pytester, spoken):
     assert check.status == "fail" and check.blocks, (check.summary, details)
     assert re.search(r"\[REFUSED\] 16-steps: bad audio: clip \S+#s0 \(candidate\) is silent \(peak 0, limit 0\.001\)",
                      details), details
+
+
+def test_a_stream_with_a_bad_chunk_is_refused_naming_the_chunk(spoken):
+    """The seam check (voice.seam_check, run on the real checkpoint's auto-voice streams) embeds every chunk: a silent
+    or too short one is refused by its number before the encoder runs."""
+    from harness.quality import audio, voice
+
+    scores = RecordingScores()
+    with pytest.raises(audio.BadAudio, match=r"chunk 2 of the stream is silent .*chunk 3 of the stream is too short"):
+        voice.seam_check(scores, [spoken, np.zeros_like(spoken), spoken[:SR]], SR)
+    assert not scores.heard

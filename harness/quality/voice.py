@@ -170,5 +170,8 @@ class SeamCheck:
 
 
 def seam_check(judge: VoiceJudge, chunks: Sequence[np.ndarray], sr: int, floor: float = SEAM_FLOOR) -> SeamCheck:
-    """SIM between consecutive chunks of one stream ([T_k] arrays at sr); fewer than 2 chunks have no seam."""
+    """SIM between consecutive chunks of one stream ([T_k] arrays at sr); fewer than 2 chunks have no seam. A bad
+    chunk (audio.check_clip for SIM: under 1.2 s, silent, ...) is refused by its number (audio.BadAudio)."""
+    audio.refuse([p for k, c in enumerate(chunks) if (p := audio.check_clip(c, sr, "SIM", f"chunk {k + 1} of the "
+                                                                                       "stream")) is not None])
     return SeamCheck(tuple(judge.similarity((a, sr), (b, sr)) for a, b in zip(chunks, chunks[1:])), floor)
