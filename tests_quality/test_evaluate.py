@@ -12,7 +12,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from harness.quality import corpus, evaluate, wer
+from harness.quality import audio, cache, corpus, evaluate, wer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -51,7 +51,7 @@ SENTENCES = [corpus.Item("s1", "red green blue yellow black white"), corpus.Item
 
 
 def test_cache_dir_follows_env(tmp_path):
-    assert evaluate.cache_dir("audio") == tmp_path / "cache" / "audio"
+    assert cache.cache_dir("audio") == tmp_path / "cache" / "audio"
     assert (tmp_path / "cache" / "audio").is_dir()
 
 
@@ -63,9 +63,9 @@ def test_atomic_write_leaves_no_partial_file(tmp_path):
         raise RuntimeError("disk full")
 
     with pytest.raises(RuntimeError):
-        evaluate.atomic_write(target, broken)
+        cache.atomic_write(target, broken)
     assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())
-    evaluate.atomic_write(target, lambda tmp: tmp.write_text('{"ok": 1}'))
+    cache.atomic_write(target, lambda tmp: tmp.write_text('{"ok": 1}'))
     assert json.loads(target.read_text()) == {"ok": 1} and list(tmp_path.iterdir()) == [target]
 
 
@@ -227,21 +227,27 @@ class TestCheckAudio:
         return (amp * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
 
     def test_clean_clip_has_no_problems(self):
-        assert evaluate.check_audio(self.speech_like(), self.SR, self.TEXT) == []
+        assert audio.check_clip(self.speech_like(), self.SR, ("WER", "SIM", "MOS")) is None
+        assert audio.check_duration(self.speech_like(), self.SR, self.TEXT) is None
 
     @pytest.mark.parametrize(
         "edit, problem",
         [
-            (lambda w: np.where(np.arange(w.size) == 5, np.nan, w), "non-finite"),
-            (lambda w: w * 1e-5, "silent"),
-            (lambda w: np.clip(w * 30, -1, 1), "clipping"),
-            (lambda w: w[: w.size // 4], "duration"),
-            (lambda w: np.tile(w, 4), "duration"),
+            (lambda w: np.where(np.arange(w.size) == 5, np.nan, w), "non-finite (1 of 79200"),
+            (lambda w: w * 1e-5, "silent (peak 1e-06"),
+            (lambda w: np.clip(w * 30, -1, 1), "clipped ("),
+            (lambda w: w[:0], "empty (0 samples"),
+            (lambda w: w[:100], "too short for the SIM judge (67 samples at 16 kHz, limit 19200"),
         ],
     )
     def test_each_problem_is_reported(self, edit, problem):
-        problems = evaluate.check_audio(edit(self.speech_like()), self.SR, self.TEXT)
-        assert any(problem in p for p in problems), problems
+        found = audio.check_clip(edit(self.speech_like()), self.SR, ("WER", "SIM", "MOS"), "clip c")
+        assert found is not None and found.format().startswith(f"clip c is {problem}"), found
+
+    @pytest.mark.parametrize("edit", [lambda w: w[: w.size // 4], lambda w: np.tile(w, 4)])
+    def test_a_cut_or_run_on_clip_has_an_implausible_duration(self, edit):
+        found = audio.check_duration(edit(self.speech_like()), self.SR, self.TEXT, name="clip c")
+        assert found is not None and "clip c is of implausible duration for 9 words" in found.format(), found
 
 
 def test_corpus_sets_are_big_enough_and_separate():

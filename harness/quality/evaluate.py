@@ -1,6 +1,6 @@
 """Generation harness: generate_set -> transcribe_set -> score, with on-disk caches shared by xdist workers.
 
-Caches live under env FASTPATH_CACHE or <repo>/.cache/: audio/ keyed by everything that decides a waveform
+Caches (harness.quality.cache) live under env FASTPATH_CACHE or <repo>/.cache/: audio/ keyed by everything that decides a waveform
 (audio_key: the checkpoint's id and its loaded weights' digest, the generating code, i.e. the sources of the
 installed omnivoice and fastpath, the patches applied with their settings and the synthesizer, torch and
 transformers versions, device and dtype; then config, seed, text, voice prompt), transcripts/ keyed by (audio
@@ -16,18 +16,18 @@ import hashlib
 import json
 import os
 import shutil
-import uuid
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 import soundfile as sf
 
-from . import corpus, wer
+from . import audio, corpus, wer
+from .audio import Clip  # noqa: F401  (harness.quality.evaluate.Clip: the clip of a set, defined below the judges)
+from .cache import CACHE_ENV, atomic_write, cache_dir  # noqa: F401
 from .stats import (DEFAULT_MARGIN_POINTS, MOS_FIELDS, MOS_MARGIN, SIM_MARGIN, SIM_UNIT, Overall, Verdict, gate,
                     score_gate)
 
-CACHE_ENV = "FASTPATH_CACHE"
 # Seeds per holdout sentence of the real-checkpoint gate, from the size rule (stats.seeds_needed) on the simulated
 # reference of tests_quality/test_operating.py (WER 6%): median pick 35, 80th percentile 43. A run's own pilot
 # decides in the end: with fewer than it needs the verdict is "underpowered: need N" (--quality-seeds N).
@@ -38,45 +38,11 @@ from harness.machine import tree_digest
 SOURCES = (".py", ".json")  # what of a package's folder is its code (code_identity)
 
 
-def cache_dir(kind: str) -> Path:
-    """<FASTPATH_CACHE or repo/.cache>/<kind>/, created on first use."""
-    root = Path(os.environ.get(CACHE_ENV) or REPO_ROOT / ".cache")
-    path = root / kind
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
-    """write(tmp_path) then os.replace(tmp_path, path): readers never see a half-written file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def _sha256(*parts: bytes) -> str:
     h = hashlib.sha256()
     for p in parts:
         h.update(p)
     return h.hexdigest()
-
-
-@dataclasses.dataclass(frozen=True)
-class Clip:
-    """One utterance of a set. wav: [T] float32 mono at sr; group: resampling block (the sentence id)."""
-
-    id: str
-    text: str
-    wav: np.ndarray
-    sr: int
-    group: str
-    seed: int | None = None
-
-    @property
-    def sha256(self) -> str:
-        return _sha256(np.ascontiguousarray(self.wav, dtype=np.float32).tobytes(), str(self.sr).encode())
 
 
 def sentence_seed(sentence_id: str, base_seed: int) -> int:
@@ -212,7 +178,9 @@ def generate_set(
 
 
 def transcribe_set(judge, clips: Sequence[Clip]) -> list[str]:
-    """Transcribe every clip with `judge`, caching each transcript by (audio sha256, judge identity)."""
+    """Transcribe every clip with `judge`, caching each transcript by (audio sha256, judge identity); the set is
+    refused by name (audio.BadAudio) when any clip is bad, before the judge or its cache is consulted."""
+    audio.refuse(audio.check_clips(clips, "WER"))
     judge_key = _sha256(judge.identity.encode())[:16]
     out = []
     for clip in clips:
@@ -289,49 +257,13 @@ def write_listening_pack(
     return index
 
 
-def check_audio(
-    wav: np.ndarray,
-    sr: int,
-    text: str,
-    words_per_second: float = 2.7,
-    duration_factor: float = 2.5,
-    rms_floor: float = 1e-3,
-    clip_level: float = 0.999,
-    max_clip_fraction: float = 1e-3,
-) -> list[str]:
-    """Problems with one clip ([] if none): non-finite samples, silence, clipping, implausible duration.
-
-    The expected duration is n_words / words_per_second; anything outside [1/factor, factor] times that is
-    flagged (a truncated or run-on generation).
-    """
-    wav = np.asarray(wav)
-    problems = []
-    if wav.ndim != 1 or wav.size == 0:
-        return [f"expected non-empty mono [T] audio, got shape {wav.shape}"]
-    n_bad = int(np.count_nonzero(~np.isfinite(wav)))
-    if n_bad:
-        return [f"{n_bad} non-finite samples (NaN/inf)"]
-    rms = float(np.sqrt(np.mean(wav.astype(np.float64) ** 2)))
-    if rms < rms_floor:
-        problems.append(f"silent: RMS {rms:.2e} < {rms_floor:.0e}")
-    clipped = float(np.mean(np.abs(wav) >= clip_level))
-    if clipped > max_clip_fraction:
-        problems.append(f"clipping: {100 * clipped:.2f}% of samples at |x| >= {clip_level}")
-    duration = wav.size / sr
-    expected = len(text.split()) / words_per_second
-    if not expected / duration_factor <= duration <= expected * duration_factor:
-        problems.append(f"duration {duration:.2f} s outside [{expected / duration_factor:.2f}, "
-                        f"{expected * duration_factor:.2f}] s expected for {len(text.split())} words")
-    return problems
-
-
 @dataclasses.dataclass
 class Comparison:
-    verdict: Verdict  # WER's
-    ref: wer.ScoredSet
-    cand: wer.ScoredSet
+    verdict: Verdict | audio.Refused  # WER's; Refused when a clip was bad (then no judge ran: ref, cand None)
+    ref: wer.ScoredSet | None
+    cand: wer.ScoredSet | None
     pack: Path | None
-    overall: Overall | None = None  # every metric judged (WER, and SIM and MOS when their judges were given)
+    overall: Overall | audio.Refused | None = None  # every metric judged (WER, and SIM and MOS with their judges)
     scores: dict = dataclasses.field(default_factory=dict)  # {"SIM": (ref [N], cand [N]), "MOS": ...}
 
     @property
@@ -354,6 +286,21 @@ def judged_scores(ref: Sequence[Clip], cand: Sequence[Clip], voice_judge=None, m
     return out
 
 
+def bad_audio(ref: Sequence[Clip], cand: Sequence[Clip], sim: bool = False, mos: bool = False,
+              prompt: tuple | None = None) -> list[audio.Problem]:
+    """Every clip no judge of the comparison may hear, by name: each clip against WER's (and MOS's) checks, then what
+    the SIM judge would embed (voice.sim_problems: the prompt's audio, or the halves in auto voice) of the clips
+    still clean."""
+    judges = ("WER", "MOS") if mos else ("WER",)
+    problems = audio.check_clips(ref, judges, "reference") + audio.check_clips(cand, judges, "candidate")
+    if sim:
+        from . import voice
+
+        bad = tuple(p.name for p in problems)
+        problems += [p for p in voice.sim_problems(ref, cand, prompt) if not p.name.startswith(bad)]
+    return problems
+
+
 def compare_sets(
     judge,
     ref: Sequence[Clip],
@@ -369,7 +316,15 @@ def compare_sets(
     mos_margin: float = MOS_MARGIN,
 ) -> Comparison:
     """Transcribe and score both sets, run the WER gate (margin in WER points) and, with their judges, the SIM and
-    MOS gates (one verdict over all: `Comparison.overall`); write a listening pack when it does not pass."""
+    MOS gates (one verdict over all: `Comparison.overall`); write a listening pack when it does not pass.
+
+    Every clip of both sets (and the prompt's audio) is checked first for what each judge given will hear
+    (`bad_audio`): with any bad clip the comparison is `audio.Refused`, a failing verdict naming each, and no judge
+    runs."""
+    problems = bad_audio(ref, cand, voice_judge is not None, mos_judge is not None, prompt)
+    if problems:
+        refused = audio.Refused(tuple(problems), label)
+        return Comparison(refused, None, None, None, refused)
     ref_scored, ref_hyps = score_clips(judge, ref)
     cand_scored, cand_hyps = score_clips(judge, cand)
     verdict = gate(ref_scored, cand_scored, margin_points=margin_points, label=label, rerun=rerun)

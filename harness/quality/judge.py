@@ -15,8 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
+from . import audio
+from .audio import JUDGE_SR, to_judge_rate  # noqa: F401  (JUDGE_SR: Whisper's input rate, the other judges' too)
+
 JUDGE_ENV = "FASTPATH_JUDGE"
-JUDGE_SR = 16000  # Whisper's input rate
 
 # Deterministic decoding: one temperature (no fallback re-sampling), fixed beam, no context carry-over, no VAD.
 DECODE = dict(
@@ -87,26 +89,12 @@ class Judge:
     identity: str
 
     def transcribe(self, wav: np.ndarray, sr: int) -> str:
-        """wav: [T] float mono at sr -> text, decoded with `DECODE`."""
+        """wav: [T] float mono at sr -> text, decoded with `DECODE`; bad audio is refused (audio.BadAudio)."""
+        audio.require(wav, sr, "WER")
         wav = to_judge_rate(wav, sr)
         decode = DECODE_LONG if wav.size > LONG_FORM_S * JUDGE_SR else DECODE
         segments, _ = self.model.transcribe(wav, **decode)
         return " ".join(s.text.strip() for s in segments).strip()
-
-
-def to_judge_rate(wav: np.ndarray, sr: int) -> np.ndarray:
-    """[T] at sr -> [T'] float32 at 16 kHz (polyphase resampling, scipy.signal.resample_poly)."""
-    wav = np.asarray(wav, dtype=np.float32)
-    if wav.ndim != 1:
-        raise ValueError(f"judge expects mono [T] audio, got shape {wav.shape}")
-    if sr != JUDGE_SR:
-        from math import gcd
-
-        from scipy.signal import resample_poly
-
-        g = gcd(sr, JUDGE_SR)
-        wav = resample_poly(wav, JUDGE_SR // g, sr // g).astype(np.float32)
-    return wav
 
 
 def load_judge(name: str | None = None, compute_type: str = "float32", cpu_threads: int | None = None) -> Judge:

@@ -38,7 +38,7 @@ from harness import results
 from harness.progress import QUIET, Progress
 
 from . import corpus, evaluate, speech, wer
-from .evaluate import Clip
+from .audio import Clip
 from .stats import gate, margin_fraction, margin_points_option
 
 MARGIN_POINTS = 4.0  # what 60 sentences x 3 seeds of espeak speech support for tiny.en (docs/quality.md: the size rule)

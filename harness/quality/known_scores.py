@@ -37,7 +37,7 @@ import numpy as np
 from harness.progress import QUIET, Progress
 
 from . import corpus, mos, speech, stats, voice
-from .evaluate import Clip
+from .audio import Clip
 
 SPEAKERS = ("en-us+m1", "en-us+m3", "en-us+m7", "en-us+m2")
 PROMPT_TEXT = ("The morning train was quiet, so she read the paper and watched the fields go by until the city "

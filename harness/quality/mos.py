@@ -9,6 +9,8 @@ espeak-ng clip): resampled to 16 kHz (scipy), scaled to an RMS of LEVEL_DBFS, an
 to a peak of PEAK. Clips under 9.01 s (DNSMOS's window) are tiled to fill one window, as DNSMOS's own script pads
 them, and cut there: the library would score every 1-s hop of the doubled clip (7 windows for a 4-s clip) over the
 same repeated audio, 7x the time for the mean of near-equal windows. Longer clips are scored by the library's hops.
+A clip that is empty, under one mel frame (audio.MIN_SAMPLES["MOS"]), silent, non-finite or clipped is refused
+before it is scored (audio.BadAudio): DNSMOS crashed on the first and the non-finite ones and scored the others.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .evaluate import atomic_write, cache_dir
-from .judge import JUDGE_SR, file_sha256, to_judge_rate
+from . import audio
+from .audio import JUDGE_SR, to_judge_rate
+from .cache import atomic_write, cache_dir
+from .judge import file_sha256
 
 LEVEL_DBFS = -25.0
 PEAK = 0.99
@@ -73,7 +77,9 @@ class MosJudge:
     identity: str
 
     def score(self, wav: np.ndarray, sr: int) -> dict:
-        """{"ovrl", "sig", "bak", "p808"} of one clip (cached on disk by audio and identity)."""
+        """{"ovrl", "sig", "bak", "p808"} of one clip (cached on disk by audio and identity); bad audio is refused
+        (audio.BadAudio)."""
+        audio.require(wav, sr, "MOS")
         x = one_window(at_level(wav, sr))
         key = hashlib.sha256(x.tobytes() + self.identity.encode()).hexdigest()[:32]
         path = cache_dir("mos") / f"{key}.json"
@@ -107,5 +113,6 @@ def load_mos_judge() -> MosJudge:
 
 
 def mos_scores(judge: MosJudge, clips, field: str = "ovrl") -> np.ndarray:
-    """[N] `field` of every clip."""
+    """[N] `field` of every clip; the set is refused by name (audio.BadAudio) when any clip is bad."""
+    audio.refuse(audio.check_clips(clips, "MOS"))
     return np.array([judge.score(c.wav, c.sr)[field] for c in clips])

@@ -19,7 +19,7 @@ import subprocess
 import numpy as np
 import soundfile as sf
 
-from .evaluate import atomic_write, cache_dir
+from .cache import atomic_write, cache_dir
 
 ESPEAK = "espeak-ng"
 

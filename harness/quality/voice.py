@@ -3,7 +3,10 @@
 SIM of two clips is the cosine of their utterance embeddings (256 values, L2-normalised, non-negative: unrelated
 audio still scores about 0.5, white noise against speech 0.51). Not the model papers report (WavLM-ECAPA): the
 numbers are GE2E cosines, comparable only with each other. Clips are resampled to 16 kHz by scipy, then go
-through resemblyzer's own preprocessing (volume normalisation, long silences trimmed by webrtcvad).
+through resemblyzer's own preprocessing (volume normalisation, long silences trimmed by webrtcvad). A clip that is
+empty, under 1.2 s (audio.MIN_SAMPLES["SIM"]), silent, non-finite or clipped is refused before it is embedded
+(audio.BadAudio), so the prompt's audio, every clip (and in auto voice each half) and every stream chunk must be one
+the encoder can judge.
 
 Per clip of a set (`sim_scores`):
   * cloned voice: SIM of the clip to the voice prompt's audio (the voice it was asked for);
@@ -28,8 +31,10 @@ from typing import Sequence
 
 import numpy as np
 
-from .evaluate import Clip, atomic_write, cache_dir
-from .judge import JUDGE_SR, file_sha256, to_judge_rate
+from . import audio
+from .audio import JUDGE_SR, Clip, to_judge_rate
+from .cache import atomic_write, cache_dir
+from .judge import file_sha256
 
 # The lowest SIM between consecutive chunks of one stream that still counts as one voice, and why: on espeak-ng
 # streams of three sentences in one voice (rate and pitch jittered per chunk), the lowest seam of 40 streams was
@@ -47,7 +52,9 @@ class VoiceJudge:
     identity: str
 
     def embed(self, wav: np.ndarray, sr: int) -> np.ndarray:
-        """[T] at sr -> [256] float32, L2-normalised (cached on disk by audio and identity)."""
+        """[T] at sr -> [256] float32, L2-normalised (cached on disk by audio and identity); bad audio is refused
+        (audio.BadAudio)."""
+        audio.require(wav, sr, "SIM")
         wav16 = to_judge_rate(wav, sr)
         key = hashlib.sha256(wav16.tobytes() + self.identity.encode()).hexdigest()[:32]
         path = cache_dir("voice") / f"{key}.npy"
@@ -56,7 +63,7 @@ class VoiceJudge:
         from resemblyzer import preprocess_wav
 
         trimmed = preprocess_wav(wav16)  # already at the encoder's 16 kHz: no resampling inside
-        if trimmed.size == 0:  # nothing voiced: embed what there is rather than fail on a silent clip
+        if trimmed.size == 0:  # nothing webrtcvad calls voiced (above the silence floor all the same): embed it whole
             trimmed = wav16
         emb = np.asarray(self.encoder.embed_utterance(trimmed), dtype=np.float32)
 
@@ -112,12 +119,28 @@ def halves(wav: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return wav[:mid], wav[mid:]
 
 
+def sim_problems(ref: Sequence[Clip], cand: Sequence[Clip],
+                 prompt: tuple[np.ndarray, int] | None = None) -> list[audio.Problem]:
+    """What `sim_scores` would give the judge that it must not hear, by name: with a prompt, its audio and every
+    clip; in auto voice, both halves of each reference clip and the first half of each candidate clip."""
+    if prompt is not None:
+        parts = [("the voice prompt's audio", *prompt)]
+        parts += [(f"clip {c.id} ({side})", c.wav, c.sr) for side, clips in (("reference", ref), ("candidate", cand))
+                  for c in clips]
+    else:
+        parts = [(f"clip {r.id} (reference), {which} half", half, r.sr) for r in ref
+                 for which, half in zip(("first", "second"), halves(np.asarray(r.wav)))]
+        parts += [(f"clip {c.id} (candidate), first half", halves(np.asarray(c.wav))[0], c.sr) for c in cand]
+    return [p for name, wav, sr in parts if (p := audio.check_clip(wav, sr, "SIM", name)) is not None]
+
+
 def sim_scores(judge: VoiceJudge, ref: Sequence[Clip], cand: Sequence[Clip],
                prompt: tuple[np.ndarray, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(SIM of every reference clip [N], of every candidate clip [N]), paired by position (module docstring: to the
     prompt's audio when cloned, to the reference clip's second half in auto voice)."""
     if [c.id for c in ref] != [c.id for c in cand]:
         raise ValueError("reference and candidate clips are not paired: ids differ or are in another order")
+    audio.refuse(sim_problems(ref, cand, prompt))
     if prompt is not None:
         return (np.array([judge.similarity((c.wav, c.sr), prompt) for c in ref]),
                 np.array([judge.similarity((c.wav, c.sr), prompt) for c in cand]))
@@ -147,5 +170,8 @@ class SeamCheck:
 
 
 def seam_check(judge: VoiceJudge, chunks: Sequence[np.ndarray], sr: int, floor: float = SEAM_FLOOR) -> SeamCheck:
-    """SIM between consecutive chunks of one stream ([T_k] arrays at sr); fewer than 2 chunks have no seam."""
+    """SIM between consecutive chunks of one stream ([T_k] arrays at sr); fewer than 2 chunks have no seam. A bad
+    chunk (audio.check_clip for SIM: under 1.2 s, silent, ...) is refused by its number (audio.BadAudio)."""
+    audio.refuse([p for k, c in enumerate(chunks) if (p := audio.check_clip(c, sr, "SIM", f"chunk {k + 1} of the "
+                                                                                       "stream")) is not None])
     return SeamCheck(tuple(judge.similarity((a, sr), (b, sr)) for a, b in zip(chunks, chunks[1:])), floor)
