@@ -5,8 +5,9 @@
 
 Parity and work run on the checkpoint (default: the tiny test checkpoint). Timing runs where compute dominates:
 the full-size test checkpoint (Qwen3-0.6B dimensions; `--timing-size tiny` for a quick look at per-call
-overhead only), or the given real checkpoint; stock, the public omnivoice-fastpath 0.1.0 when installed (the
-`peers` extra) and the lossless stack, interleaved, with each one's FLOP bound (harness.speed.bench).
+overhead only), or the given real checkpoint; stock, the public packages when installed (the `peers` extra:
+omnivoice-fastpath 0.1.0, and omnivoice-tts-inference 0.1.0 at the auto-voice point only, having no voice cloning)
+and the lossless stack, interleaved, with each one's FLOP bound (harness.speed.bench).
 Writes `out/report.md` and `out/report.json`; exits 1 when a lossless patch is not bit-exact or does not apply.
 """
 
@@ -74,27 +75,34 @@ def measure_work(model) -> dict:
     return {"point": WORK_POINT, "stock": stock, "fastpath": fast}
 
 
-def peer_installed() -> bool:
+def peers_installed() -> dict:
+    """Each peer variant of harness.speed.bench.PEERS -> whether its package is installed."""
     import importlib.util
 
-    return all(importlib.util.find_spec(module) is not None for module, _ in bench.PEERS.values())
+    return {name: importlib.util.find_spec(peer.module) is not None for name, peer in bench.PEERS.items()}
+
+
+def timing_variants() -> list:
+    """stock, every installed peer, the lossless stack."""
+    return ["stock"] + [name for name, installed in peers_installed().items() if installed] + ["lossless"]
 
 
 def measure_timing(ckpt, rounds: int, progress=None) -> dict:
-    """TIMING_POINTS on `ckpt`, CPU fp32: stock, the public package if installed, the lossless stack."""
+    """TIMING_POINTS on `ckpt`, CPU fp32: stock, the public packages that are installed, the lossless stack."""
     from harness.speed import stability
 
-    names = ["stock"] + (["peer"] if peer_installed() else []) + ["lossless"]
+    names = timing_variants()
     specs = {s.name: s for s in (bench.parse_variant(n, "cpu", "fp32") for n in names)}
     variants = bench.build_variants(ckpt, list(specs.values()), "cpu")
     results = bench.run_variant_bench(variants, TIMING_POINTS, rounds, TIMING_STEPS, progress)
     if progress:
         progress.say("counting FLOPs for the bound (no clock)")
     flops = bench.flop_bounds(variants, TIMING_POINTS, TIMING_STEPS)
+    judged = [stability.judge(r) for r in results.values()]
     return {"checkpoint": f"{ckpt.identity} ({ckpt.kind})", "rounds": rounds, "steps": TIMING_STEPS,
-            "peer_installed": "peer" in names,
+            "peers_missing": [n for n in bench.PEERS if n not in names],
             "table": bench.format_table(results, specs, machine.summary(), flops),
-            "stable": all(stability.judge(r).stable for r in results.values()),
+            "judged": all(j.judged for j in judged), "stable": all(j.stable for j in judged),
             "figures": bench.figures_of(results, specs, f"{ckpt.identity} ({ckpt.kind})", "cpu", TIMING_STEPS, flops),
             "results": {p: {v: {"median_rtf": s.median, "iqr": s.iqr, "first_call_s": s.first_call_seconds}
                             for v, s in r.items()} for p, r in results.items()},
@@ -119,18 +127,27 @@ def render_report(report: dict) -> str:
         fast = w["fastpath"][key]
         out.append(f"| {key} | {value:,} | {fast:,} | {fast / value:.3f} |" if value else f"| {key} | {value} | {fast} | - |")
     r = report["timing"]
-    peer = "" if r["peer_installed"] else (" The public omnivoice-fastpath is not installed, so it is not in the "
-                                           f"table: {bench.PEERS_INSTALL}.")
+    missing = [bench.PEERS[n].requirement for n in r.get("peers_missing", [])]
+    peer = (f" Not installed, so not in the table: {', '.join(missing)} ({bench.PEERS_INSTALL})." if missing else "")
     out += ["", f"## Timing on {r['checkpoint']} (CPU fp32, {r['steps']} steps, {r['rounds']} interleaved rounds "
                 f"after one warm-up each)",
             "", "RTF = seconds per second of audio; speedups are stock's median over the variant's; the bound is "
             "stock's FLOPs of the whole generate over the variant's (a perfect implementation of the same arithmetic), efficiency = "
             f"speedup / bound. A point whose interleaved rounds disagree by more than "
-            f"{stability_limit():.0%} on a ratio shows \"unstable\" instead of a speedup (docs/speed.md).{peer}",
+            f"{stability_limit():.0%} on a ratio shows \"unstable\" instead of a speedup, and one timed in fewer than "
+            f"{min_rounds()} rounds \"unjudged\" (docs/speed.md).{peer}",
             "", r["table"],
-            "", f"Verdict: **{'PASS' if report['ok'] else 'FAIL'}** (patches apply and are bit-exact; the timing "
-                f"{'is stable' if r.get('stable', True) else 'is unstable, so no speedup is claimed'})", ""]
+            "", f"Verdict: **{'PASS' if report['ok'] else 'FAIL'}** (patches apply and are bit-exact; "
+                f"{timing_verdict(r)})", ""]
     return "\n".join(out)
+
+
+def timing_verdict(timing: dict) -> str:
+    """The timing's part of the verdict: stable, unstable, or unjudged (too few rounds for the rule)."""
+    if not timing.get("judged", True):
+        return (f"the timing is unjudged: {timing['rounds']} round(s) are too few to judge, at least {min_rounds()} "
+                f"rounds are needed (--rounds {min_rounds()}), so no speedup is claimed")
+    return "the timing " + ("is stable" if timing.get("stable", True) else "is unstable, so no speedup is claimed")
 
 
 def stability_limit() -> float:
@@ -139,17 +156,24 @@ def stability_limit() -> float:
     return MAX_RATIO_SPREAD
 
 
+def min_rounds() -> int:
+    from harness.speed.stability import MIN_ROUNDS
+
+    return MIN_ROUNDS
+
+
 STAGES = ("build", "parity", "work", "timing")
 
 
 def plan(checkpoint: str | None, rounds: int, timing_size: str) -> str:
     """What the report will do, and about how long it takes on this machine kind (from an earlier results file)."""
     timing_on = "the given checkpoint" if checkpoint else f"the {timing_size} test checkpoint"
-    calls = len(TIMING_POINTS) * 3 * (rounds + 1)
+    names = timing_variants()
+    calls = sum(not bench.cannot_run(n, p) for n in names for p in TIMING_POINTS) * (rounds + 1)
     return (f"will check {len(fastpath.PATCHES)} patches against upstream, compare {len(REPORT_POINTS)} points bit "
             f"for bit ({len(fastpath.LOSSLESS) + 1} patch sets each), count the work of one call, and time "
-            f"{len(TIMING_POINTS)} points x 3 variants x {rounds} rounds (+1 warm-up: {calls} calls) on {timing_on}. "
-            + estimate())
+            f"{len(TIMING_POINTS)} points x {len(names)} variants ({', '.join(names)}; a variant only at the points "
+            f"it can run) x {rounds} rounds (+1 warm-up: {calls} calls) on {timing_on}. " + estimate())
 
 
 def estimate() -> str:

@@ -70,6 +70,8 @@ def test_bench_compares_with_the_public_package_and_prints_the_flop_bound(model,
 
 
 def test_a_missing_peer_package_names_the_install(monkeypatch):
-    monkeypatch.setitem(bench.PEERS, "peer", ("omnivoice_fastpath_not_installed", "apply"))
+    from dataclasses import replace
+
+    monkeypatch.setitem(bench.PEERS, "peer", replace(bench.PEERS["peer"], module="omnivoice_fastpath_not_installed"))
     with pytest.raises(SystemExit, match=r"pip install -e '\.\[peers\]'"):
         bench.peer_apply("peer")

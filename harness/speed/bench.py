@@ -10,6 +10,9 @@ Variants by name (`--variants`), each optionally at a dtype (`name@bf16`), for t
 
     stock      no patch                        lossless   the CPU-exact stack (fastpath.LOSSLESS)
     peer       the public omnivoice-fastpath 0.1.0 (`pip install -e .[peers]`): apply_trimmed_cfg(model)
+    tts-inference  omnivoice-tts-inference 0.1.0 (`pip install -e .[peers]`): its own OmniVoice class, loaded
+               from the same checkpoint folder, default settings (sdpa; its FlashInfer and int8 modes are not run);
+               auto-voice points only: it has no voice cloning and takes one text per call
     batch-invariant  lossless + batch_invariant    prefix-kv  lossless + prefix_kv_cache (lossy, refresh 2)
     gpu        fastpath.defaults(device)       preset     gpu + fastpath.FULL_PRESET (12 steps)
     stock-preset  no patch, 12 steps           gpu-compiled / gpu-reduce-overhead / gpu-max-autotune
@@ -48,9 +51,41 @@ from harness.speed.measure import Variant, count_work, interleaved_variants
 from harness.points import point
 
 DTYPES = tuple(DTYPE_NAMES)
-# variants that run another package's patch, applied once to their own model instance: name -> (module, function)
-PEERS = {"peer": ("omnivoice_fastpath", "apply_trimmed_cfg")}
-PEERS_INSTALL = "pip install -e '.[peers]' (omnivoice-fastpath==0.1.0, the public package this project compares with)"
+PEERS_INSTALL = ("pip install -e '.[peers]' (omnivoice-fastpath==0.1.0 and omnivoice-tts-inference==0.1.0, the "
+                 "public packages this project compares with)")
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Another package's OmniVoice inference, timed beside stock and this project from the same checkpoint folder:
+    either a function it applies to a stock-loaded model instance (`apply`), or its own model class (`model_class`),
+    loaded with `from_pretrained(folder, device_map=device, dtype=dtype)`."""
+
+    module: str  # import name
+    requirement: str  # what the `peers` extra installs
+    apply: str | None = None
+    model_class: str | None = None
+    voice_cloning: bool = True
+    batches: bool = True  # generate() takes a list of texts
+
+    def cannot_run(self, point_name: str) -> str | None:
+        """Why this peer cannot run a point of fixtures/points.json, or None."""
+        from harness.points import load_spec, point
+
+        p, spec = point(point_name), load_spec()
+        if not self.voice_cloning and spec["voices"][p.voice].get("ref"):
+            return f"{self.requirement} has no voice cloning (its codec loads decode-only: no encoder for a reference)"
+        if not self.batches and not p.each and isinstance(spec["texts"][p.text], list):
+            return f"{self.requirement}'s generate() takes one text, not a batch"
+        return None
+
+
+# variant name -> the package it runs
+PEERS = {
+    "peer": Peer("omnivoice_fastpath", "omnivoice-fastpath==0.1.0", apply="apply_trimmed_cfg"),
+    "tts-inference": Peer("omnivoice_tts", "omnivoice-tts-inference==0.1.0", model_class="OmniVoice",
+                          voice_cloning=False, batches=False),
+}
 BOUND_STEPS = 2
 BASELINE_COMMAND = "fastpath-suite bench ... --save-baseline PATH"
 
@@ -74,6 +109,7 @@ def variant_table(device: str) -> dict:
     return {
         "stock": ((), {}),
         "peer": ((), {}),  # PEERS: the patch is applied when its model is built
+        "tts-inference": ((), {}),  # PEERS: its own model class, no fastpath patch
         "stock-preset": ((), dict(fastpath.FULL_PRESET)),
         "lossless": (tuple(fastpath.LOSSLESS), {}),
         "batch-invariant": (tuple(fastpath.LOSSLESS) + ("batch_invariant",), {}),
@@ -100,15 +136,52 @@ def parse_variant(text: str, device: str, default_dtype: str) -> VariantSpec:
     return VariantSpec(text if "@" in text else f"{name}@{dtype}", patches, dtype, overrides)
 
 
-def peer_apply(name: str):
-    """The function a peer variant applies to its model; a clear error naming the install when it is missing."""
+def peer_module(name: str):
+    """The module of a peer variant; a clear error naming the install when it is missing."""
     import importlib
 
-    module, function = PEERS[name]
+    module = PEERS[name].module
     try:
-        return getattr(importlib.import_module(module), function)
+        return importlib.import_module(module)
     except ImportError as err:
         raise SystemExit(f"variant {name!r} needs the {module} package, which is not installed: {PEERS_INSTALL}") from err
+
+
+def peer_apply(name: str):
+    """The function a peer variant applies to a stock model instance."""
+    return getattr(peer_module(name), PEERS[name].apply)
+
+
+def load_peer_model(name: str, ckpt, device: str, dtype: str):
+    """A peer's own model class loaded from the checkpoint folder, the way its README loads one."""
+    model = getattr(peer_module(name), PEERS[name].model_class).from_pretrained(
+        str(ckpt.path), device_map=device, dtype=torch_dtype(dtype))
+    # its loader leaves the folder unrecorded; transformers' from_pretrained records it, and harness.points reads it
+    # to tell a built checkpoint (no silence trimming on random weights) from a real one
+    model.config.name_or_path = str(ckpt.path)
+    return model
+
+
+def variant_peer(variant: str) -> str | None:
+    """The PEERS name of a variant ("tts-inference@fp32" -> "tts-inference"), None for this project's."""
+    name = variant.partition("@")[0]
+    return name if name in PEERS else None
+
+
+def cannot_run(variant: str, point_name: str) -> str | None:
+    """Why a variant cannot run a point (a peer without voice cloning at a cloned point), or None."""
+    peer = variant_peer(variant)
+    return PEERS[peer].cannot_run(point_name) if peer else None
+
+
+def check_points(variants, names) -> None:
+    """The first variant is the base every other is compared with: it must run every point."""
+    base = next(iter(variants))
+    for name in names:
+        reason = cannot_run(base, name)
+        if reason:
+            raise ValueError(f"{base} cannot run {name}, and the first variant is the one the others are compared "
+                             f"with: {reason}; put another variant first or choose other points")
 
 
 def build_variants(ckpt, specs: list, device: str) -> dict:
@@ -119,11 +192,14 @@ def build_variants(ckpt, specs: list, device: str) -> dict:
     out = {}
     for spec in specs:
         kept = tuple(sorted(p for p in spec.patches if p not in PROCESS_GLOBAL))
-        peer = spec.name.partition("@")[0] if spec.name.partition("@")[0] in PEERS else None
+        peer = variant_peer(spec.name)
         key = (spec.dtype, kept, peer)
         if key not in models:
-            models[key] = load_model(ckpt, device=device, dtype=torch_dtype(spec.dtype))
-            if peer:
+            if peer and PEERS[peer].model_class:
+                models[key] = load_peer_model(peer, ckpt, device, spec.dtype)
+            else:
+                models[key] = load_model(ckpt, device=device, dtype=torch_dtype(spec.dtype))
+            if peer and PEERS[peer].apply:
                 peer_apply(peer)(models[key])
         out[spec.name] = Variant(models[key], spec.patches, dict(spec.overrides))
     return out
@@ -137,22 +213,30 @@ def point_kwargs(name: str, model, prompts: dict, steps: int | None = None):
     return [dict(k, num_step=steps) for k in kwargs] if isinstance(kwargs, list) else dict(kwargs, num_step=steps)
 
 
+def runnable(variants: dict, name: str) -> dict:
+    """The variants that can run point `name` (a peer without voice cloning is left out of a cloned point)."""
+    return {v: variant for v, variant in variants.items() if not cannot_run(v, name)}
+
+
 def run_variant_bench(variants: dict, names, rounds: int, steps: int | None = None, progress=None) -> dict:
     """Points x variants (name -> measure.Variant), interleaved; voice prompts encoded once with the first model.
-    `progress` (harness.progress.Progress) shows a step per timed call."""
+    A variant that cannot run a point (`cannot_run`) is left out of that point's results. `progress`
+    (harness.progress.Progress) shows a step per timed call."""
     from harness.progress import QUIET
 
+    check_points(variants, names)
     progress = progress or QUIET
     prompts: dict = {}
     first = next(iter(variants.values())).model
     out = {}
-    with progress.stage("timing", total=len(names) * len(variants) * (rounds + 1)) as step:
+    total = sum(len(runnable(variants, name)) for name in names) * (rounds + 1)
+    with progress.stage("timing", total=total) as step:
         for name in names:
             def on_call(r, v, name=name):
                 step(f"{name} {v} " + ("warm-up" if r == 0 else f"round {r}/{rounds}"))
 
-            out[name] = interleaved_variants(variants, point_kwargs(name, first, prompts, steps), rounds,
-                                             on_call=on_call)
+            out[name] = interleaved_variants(runnable(variants, name), point_kwargs(name, first, prompts, steps),
+                                             rounds, on_call=on_call)
     return out
 
 
@@ -161,6 +245,8 @@ def flop_bounds(variants: dict, names, steps: int | None = None) -> dict:
     are encoded before, as in the timed calls) at `steps` unmasking steps (None: the point's own), each variant's
     model with its patches. Counted at BOUND_STEPS steps, whole call and loop alone; the loop's share is scaled to
     `steps` (every step has the same shapes), so the bound compares the same work the clock measures."""
+    from harness.speed.measure import patched_if_any
+
     prompts: dict = {}
     first = next(iter(variants.values())).model
     out = {}
@@ -168,9 +254,9 @@ def flop_bounds(variants: dict, names, steps: int | None = None) -> dict:
         timed, counted = (point_kwargs(name, first, prompts, n) for n in (steps, BOUND_STEPS))
         pairs = list(zip(timed, counted)) if isinstance(timed, list) else [(timed, counted)]
         out[name] = {}
-        for v, variant in variants.items():
+        for v, variant in runnable(variants, name).items():
             total = 0.0
-            with fastpath.patched(variant.model, list(variant.patches)):
+            with patched_if_any(variant.model, variant.patches):
                 for t, k in pairs:
                     call = {**k, **variant.overrides}
                     loop = count_work(variant.model, seed=0, **call).flops
@@ -184,7 +270,9 @@ def format_table(results: dict, variants: dict, machine: str | None, flops: dict
     """Medians per variant, the speedup of each over the first, and with `flops` the FLOP bound and efficiency.
 
     A point whose rounds fail the stability rule (harness.speed.stability) shows "unstable" instead of its
-    speedups, with the reason under the table: a ratio the rounds disagree on is not a measurement."""
+    speedups, with the reason under the table: a ratio the rounds disagree on is not a measurement; one with fewer
+    rounds than the rule needs shows "unjudged". A variant that could not run a point shows "-" there, with the
+    reason under the table."""
     from harness.speed import stability
 
     base, *others = list(variants)
@@ -195,16 +283,18 @@ def format_table(results: dict, variants: dict, machine: str | None, flops: dict
     notes = []
     for name, samples in results.items():
         judged = stability.judge(samples)
-        speedups = {o: samples[base].median / samples[o].median for o in others}
-        cells = [f"{samples[v].median:.3f} ({samples[v].iqr:.3f})" for v in variants]
-        cells += [f"{speedups[o]:.2f}x" if judged.stable else "unstable" for o in others]
+        ran = [o for o in others if o in samples]
+        speedups = {o: samples[base].median / samples[o].median for o in ran}
+        cells = [f"{samples[v].median:.3f} ({samples[v].iqr:.3f})" if v in samples else "-" for v in variants]
+        cells += ["-" if o not in ran else f"{speedups[o]:.2f}x" if judged.stable else judged.verdict for o in others]
         if flops:
-            bounds = {o: flops[name][base] / flops[name][o] for o in others}
-            cells += [f"{bounds[o]:.2f}x" for o in others]
-            cells += [f"{speedups[o] / bounds[o]:.2f}" if judged.stable else "-" for o in others]
+            bounds = {o: flops[name][base] / flops[name][o] for o in ran}
+            cells += [f"{bounds[o]:.2f}x" if o in ran else "-" for o in others]
+            cells += [f"{speedups[o] / bounds[o]:.2f}" if judged.stable and o in ran else "-" for o in others]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        notes += [f"{name}: {v} not run: {cannot_run(v, name) or 'no samples'}" for v in variants if v not in samples]
         if not judged.stable:
-            spread = ", ".join(f"{v} {x:.0%}" for v, x in judged.spreads.items())
+            spread = ", ".join(f"{v} {x:.0%}" for v, x in judged.spreads.items()) if judged.judged else ""
             notes.append(f"{name}: {judged.message}" + (f"; per-round ratios spread {spread} of their median "
                          f"(stable: at most {stability.MAX_RATIO_SPREAD:.0%})" if spread else ""))
     text = "\n".join(lines)
@@ -313,7 +403,8 @@ def main(argv=None, parser: argparse.ArgumentParser | None = None, kind: str = "
     ckpt = resolve_checkpoint(args.checkpoint, size=args.size)
     try:
         specs = {s.name: s for s in (parse_variant(v, args.device, args.dtype) for v in args.variants)}
-    except argparse.ArgumentTypeError as err:
+        check_points(specs, args.points)
+    except (argparse.ArgumentTypeError, KeyError, ValueError) as err:
         parser.error(str(err))
     progress = Progress(kind, args.quiet)
     progress.say(f"{len(args.points)} point(s) x {len(specs)} variant(s) x {args.rounds} round(s) after a warm-up, "

@@ -34,8 +34,8 @@ def timed_generate(model, seed: int | None, **kwargs) -> tuple:
     frames = []
 
     def counting_iterate(iterate):
-        def count(task, gen_config):
-            out = iterate(task, gen_config)
+        def count(task, gen_config, *rest):  # rest: a peer's own arguments (omnivoice_tts: its generator)
+            out = iterate(task, gen_config, *rest)
             frames.extend(t.shape[-1] for t in out)
             return out
 
@@ -119,6 +119,14 @@ def timed(model, seed, kwargs, overrides: dict) -> tuple:
     return timed_generate(model, seed, **{**kwargs, **overrides})
 
 
+def patched_if_any(model, names):
+    """`fastpath.patched(model, names)`, or nothing for no names: a peer's own model class (not an
+    omnivoice.OmniVoice, which fastpath refuses) runs unpatched."""
+    from contextlib import nullcontext
+
+    return fastpath.patched(model, list(names)) if names else nullcontext(model)
+
+
 @dataclass
 class Variant:
     """One timed configuration: a model instance, the patches it runs with, and generate overrides."""
@@ -151,10 +159,10 @@ def interleaved_variants(variants: dict, kwargs: dict, rounds: int, seed: int = 
     out = {name: Samples(name, tuple(v.patches)) for name, v in variants.items()}
     with ExitStack() as stack:
         for model, own in kept.values():
-            stack.enter_context(fastpath.patched(model, list(own)))
+            stack.enter_context(patched_if_any(model, own))
         for r in range(rounds + 1):
             for name, v in variants.items():
-                with fastpath.patched(v.model, [p for p in v.patches if p in PROCESS_GLOBAL]):
+                with patched_if_any(v.model, [p for p in v.patches if p in PROCESS_GLOBAL]):
                     out[name].add(r, *timed(v.model, seed, kwargs, v.overrides))
                 if on_call:
                     on_call(r, name)
@@ -226,8 +234,10 @@ def counting(model):
         *on_llm_forward(model, on_llm),
         model.audio_heads.register_forward_hook(on_heads),
         model.audio_embeddings.register_forward_hook(on_embed),
-        model.audio_tokenizer.semantic_model.register_forward_hook(on_encode),  # runs in encode() only
     ]
+    encoder = getattr(model.audio_tokenizer, "semantic_model", None)  # None in a decode-only codec (a peer's)
+    if encoder is not None:
+        hooks.append(encoder.register_forward_hook(on_encode))  # runs in encode() only
     try:
         yield work
     finally:
@@ -270,9 +280,9 @@ def count_work(model, seed: int = 0, whole_call: bool = False, **kwargs) -> Work
     flop_mode = FlopCounterMode(display=False, custom_mapping=CPU_ATTENTION_FLOPS)
 
     def counted_iterate(iterate):
-        def count(task, gen_config):
+        def count(task, gen_config, *rest):
             with flop_mode:
-                return iterate(task, gen_config)
+                return iterate(task, gen_config, *rest)
 
         return count
 

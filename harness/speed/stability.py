@@ -48,8 +48,18 @@ class Judgement:
     rounds: int
 
     @property
+    def judged(self) -> bool:
+        """Enough rounds for the rule to say anything: fewer are "unjudged", neither stable nor unstable."""
+        return self.rounds >= MIN_ROUNDS
+
+    @property
+    def verdict(self) -> str:
+        """One word for a table cell: "stable", "unstable" or "unjudged"."""
+        return "unjudged" if not self.judged else "stable" if self.stable else "unstable"
+
+    @property
     def message(self) -> str:
-        if self.rounds < MIN_ROUNDS:
+        if not self.judged:
             return f"unjudged: {self.rounds} round(s); at least {MIN_ROUNDS} show whether the timing holds"
         return "stable" if self.stable else advice(self.load)
 
