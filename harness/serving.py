@@ -383,6 +383,7 @@ def serve_and_drive(env: ServeEnv, label: str, target: str, checkpoint: Path, fo
                     raise ServingError(f"the {label} server was not ready after {START_TIMEOUT} s; {log_path}")
                 time.sleep(0.5)
             run.timings["start_s"] = round(time.perf_counter() - t0, 1)
+            run.timings["load_1min"] = round(os.getloadavg()[0], 1)  # what else the machine was running
             say(f"{label}: ready on {base} in {run.timings['start_s']:.0f} s")
             run.setup = _create_profile(base, reference, reference_text)
             t1 = time.perf_counter()
@@ -538,20 +539,30 @@ def check(env: ServeEnv, checkpoint: Path, folder: Path, say=print) -> dict:
 def render_results(figures: dict) -> str:
     """The results section: per server its start, both rounds and its stop; then what was equal."""
     n = len(figures["kinds"])
+    def message(error: str) -> str:
+        try:
+            return json.loads(error)["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            return error
+
     lines = [f"`{figures['server']}` from the package index with omnivoice {figures['versions']['omnivoice']} (what "
              f"pip resolved beside fastpath's wheel), the tiny test checkpoint at {figures['num_step']} steps, "
-             f"{figures['workers']} inference workers; {n} kinds of request ({', '.join(figures['kinds'])}), each "
+             f"{figures['workers']} inference workers; {n} kinds of request ({'; '.join(figures['kinds'])}), each "
              f"sent once one at a time and once all at once from {figures['clients']} client threads.", "",
-             "| server | start (s) | one at a time (s) | all at once (s) | generations | of them overlapping | stop | "
-             "stop (s) | exit |", "|---|---:|---:|---:|---:|---:|---|---:|---:|"]
+             "Seconds of wall time on the machine below, with what else ran on it (its 1-minute load average when "
+             "each server was ready): a record of the run, not a speed comparison (`fastpath-suite bench` is one). Stop: from the "
+             "signal to the exit (after SIGTERM the process ends by the signal once its shutdown is done; after "
+             "SIGINT the interpreter finishes as usual).", "",
+             "| server | load | start (s) | one at a time (s) | all at once (s) | generations | of them overlapping | "
+             "stop | stop (s) | exit |", "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     for label, s in figures["servers"].items():
-        lines.append(f"| {label} | {s['start_s']:.1f} | {s['sequential_s']:.1f} | {s['concurrent_s']:.1f} | "
+        lines.append(f"| {label} | {s.get('load_1min', '')} | {s['start_s']:.1f} | {s['sequential_s']:.1f} | {s['concurrent_s']:.1f} | "
                      f"{s['generations']} | {s['overlapping']} pairs | {s['signal']} | {s['stop_s']:.1f} | "
                      f"{s['exit']} |")
     lines += ["", f"Responses byte for byte equal to stock's: {figures['same_bytes']} of {figures['responses']}; "
                   f"generations (texts) with stock's tokens: {figures['same_tokens']} of {figures['generations']}; "
                   f"patches applied by the recipe: {', '.join(figures['applied'])}. "
-                  + "".join(f"Stock fails {name!r} too ({error[:120]}): fastpath's response is the same. "
+                  + "".join(f"Stock fails {name!r} too ({message(error)}): fastpath's response is the same. "
                             for name, error in sorted(figures["stock_fails"].items()))
                   + f"Problems: "
                   f"{len(figures['problems'])}" + (": " + "; ".join(figures["problems"]) if figures["problems"] else
