@@ -42,6 +42,7 @@ VERBS = {
     "nightly-history": ("scripts/nightly_history.sh", "fetch or store the nightly histories (branch nightly-history)"),
     "record-nights": ("scripts/record_nights.sh", "repeated runs of nightly points: the noise `history rates` uses"),
     "speed-gate-check": ("scripts/validate_speed_gate.sh", "record a CPU baseline, 5 clean reruns, one slowed run"),
+    "serve-check": ("harness.serving:main", "omnivoice-server with fastpath against stock: same bytes and tokens"),
     "results": ("harness.results:main", "render docs/results.md from the results files (--check: verify)"),
 }
 

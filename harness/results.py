@@ -66,6 +66,8 @@ KINDS = {
     "false-alarms": ("False alarms of the default suite on fresh clones", "false-alarms",
                      "harness.false_alarms:render_results"),
     "gate": ("Version-bump gate findings", "gate", "harness.gate:render_results"),
+    "serving": ("Serving: omnivoice-server with fastpath against stock", "serve-check",
+                "harness.serving:render_results"),
 }
 
 COMMAND: list | None = None  # the argv the dispatcher ran (set by harness.__main__), for the "command" field

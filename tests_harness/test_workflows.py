@@ -92,7 +92,8 @@ def test_version_bump_triggers_on_the_omnivoice_requirement():
 
 def test_version_bump_gates_only_a_changed_requirement(tmp_path):
     """The pin step against a scratch repository: a bumped lower bound is gated against the base's version, a
-    constraints pin wins over the range, and a change elsewhere in pyproject.toml gates nothing."""
+    constraints pin wins over the range, a change elsewhere in pyproject.toml gates nothing, and a bounded range's
+    newest release (its <= bound) is the version it names."""
     origin, work = tmp_path / "origin", tmp_path / "work"
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
 
@@ -132,6 +133,11 @@ def test_version_bump_gates_only_a_changed_requirement(tmp_path):
     assert pin()[0]["changed"] == "true"
     got, _ = pin(EVENT="workflow_dispatch", INPUT_AGAINST="omnivoice==0.2.0")  # by hand: the inputs decide
     assert got == {"changed": "true", "against": "omnivoice==0.2.0"}
+    # a range of verified releases (harness/versions.py): the base's newest, its <= bound, is the one to compare with
+    ranged = commit(origin, "omnivoice>=0.1.5,<=0.2.1,!=0.2.0")
+    commit(work, "omnivoice>=0.1.5,<=0.2.2,!=0.2.0")
+    got, summary = pin(BASE_SHA=ranged)
+    assert got == {"changed": "true", "against": "omnivoice==0.2.1"}, summary
 
 
 def gate_exit_codes() -> dict:
