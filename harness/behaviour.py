@@ -23,6 +23,7 @@ device and dtype, and records of another device or dtype are refused rather than
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 from pathlib import Path
 
@@ -184,9 +185,29 @@ def digest(tensor) -> str:
     return hashlib.sha256(f"{tuple(t.shape)} {t.dtype}".encode() + t.numpy().tobytes()).hexdigest()
 
 
+def bits(tensor):
+    """The tensor's elements as integers of the same width (complex: real and imaginary parts apart): equal bits
+    are equal values, a NaN equals the same NaN and 0.0 differs from -0.0, which torch.equal and != get backwards."""
+    import torch
+
+    t = tensor.detach().contiguous()
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    if not t.is_floating_point():
+        return t
+    return t.view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def same_number(a, b) -> bool:
+    """Plain numbers compared as the tensors are: NaN equals NaN, 0.0 differs from -0.0."""
+    if isinstance(a, float) and isinstance(b, float):
+        return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+    return a == b
+
+
 def first_difference(a, b) -> str | None:
-    """None when equal bit for bit; else shapes, or the first differing element, how many and how far (for a
-    digest, only that it differs)."""
+    """None when equal bit for bit (a NaN equal to the same NaN; 0.0 and -0.0 differ); else shapes, or the first
+    differing element, how many and how far (for a digest, only that it differs)."""
     import torch
 
     if isinstance(a, str) or isinstance(b, str):
@@ -194,13 +215,19 @@ def first_difference(a, b) -> str | None:
     a, b = torch.as_tensor(a), torch.as_tensor(b)
     if a.shape != b.shape or a.dtype != b.dtype:
         return f"shape/dtype {tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}"
-    if torch.equal(a, b):
+    differ = bits(a) != bits(b)
+    if a.is_complex():
+        differ = differ.any(dim=-1)
+    if not differ.any():
         return None
-    differ = a != b
     index = tuple(int(i) for i in torch.nonzero(differ)[0])
     text = f"first at {index}: {a[index].item()} vs {b[index].item()}; {int(differ.sum())} of {a.numel()} differ"
     if a.is_floating_point():
-        text += f", max |diff| {(a.double() - b.double()).abs().max().item():.3g}"
+        gap = (a[differ].double() - b[differ].double()).abs()
+        finite = gap[torch.isfinite(gap)]
+        text += f", max |diff| {finite.max().item() if finite.numel() else float('nan'):.3g}"
+        odd = int((~torch.isfinite(gap)).sum())
+        text += f" ({odd} with a NaN or inf on a side)" if odd else ""
     return text
 
 
@@ -265,14 +292,14 @@ def compare_setting(a: dict, c: dict) -> list:
 
 
 def field_difference(a, b) -> str | None:
-    """first_difference for tensors and digests; plain equality for numbers and anything else."""
+    """first_difference for tensors and digests; same_number for plain numbers; equality for anything else."""
     import torch
 
     if isinstance(a, (str, torch.Tensor)) or isinstance(b, (str, torch.Tensor)):
         if a is None or b is None:
             return f"{'absent' if a is None else 'present'} vs {'absent' if b is None else 'present'}"
         return first_difference(a, b)
-    return None if a == b else f"{a!r} vs {b!r}"
+    return None if same_number(a, b) else f"{a!r} vs {b!r}"
 
 
 def main(argv=None) -> int:

@@ -1,8 +1,9 @@
 """The upstream version-bump gate: may fastpath ship on top of another omnivoice?
 
     fastpath-suite gate omnivoice==0.2.0 [--against current] [--out DIR] [--results results/] [--quiet]
-    fastpath-suite gate path/to/omnivoice-X.whl
+    fastpath-suite gate path/to/omnivoice-X.whl      # or a fork's wheel: any distribution that installs omnivoice/
     fastpath-suite gate path/to/source-folder        # a folder holding omnivoice/
+    fastpath-suite gate lahgtna-omnivoice==0.1.5     # a fork from the index, named in the verdict by its distribution
 
 (`python -m harness.gate ...` is the same.)
 
@@ -11,20 +12,22 @@ Checks, in order, each with a status: pass, changed-as-expected, changed, fail o
 
 | check | measures | blocks the bump when |
 |---|---|---|
-| install | the candidate installs and `omnivoice.models.omnivoice` imports | it does not (every later check skips) |
+| install | the candidate installs the omnivoice package (found by the package, whatever the distribution is called) and `omnivoice.models.omnivoice` imports | never: when it does not, there is no verdict (COULD NOT RUN, exit 2, pip's or the import's message in the row) and every later check skips |
 | fingerprints | AST fingerprint of every upstream name a patch relies on, vs the `--against` version's source; and of every function of the package, each changed one marked by the behaviour grid's call trace (on the generation path; relied on by patches, directly or transitively); a unified diff per changed one in OUT/fingerprints/ | a relied-on name changed to a fingerprint not recorded as known to work in fastpath/fingerprints.json ("changed": review the diff, and record it only once parity passes); other changed functions are reported, and the behaviour check decides |
 | behaviour | stock generation over harness.behaviour.GRID (every mode and sampler branch; per-step logits, scores, predicted tokens, unmasking order, final tokens, target lengths, waveform), recorded in both versions' environments in this job and compared bit for bit | any difference not accepted by name (`--accept SETTING=REASON`, recorded in the verdict) |
 | goldens | stock output on the tiny checkpoint vs fixtures/goldens/<version>.json, per operating point | never: the record for versions that can no longer be installed |
 | parity | the parity tier (pytest tests_parity) run in the candidate's env, the candidate's fingerprints accepted as under review (FASTPATH_REVIEWED_UPSTREAM; never the blanket override, which would flip tests that assert a refusal), and in the --against env to compare skips | any test fails or errors, or a test that passes on the --against version skips on the candidate (named) |
-| work | exact work counters (FLOPs, LLM calls and positions, head rows, ...) of stock and of the lossless stack on the tiny checkpoint, in both environments, same job | the stack's share of stock's work (stack / stock, per counter) grows by more than WORK_SLACK |
+| work | exact work counters (FLOPs, LLM calls and positions, head rows, ...) of stock and of the lossless stack on the tiny checkpoint, in both environments, same job | the stack's share of stock's work (stack / stock, per counter) grows by more than WORK_SLACK; where stock does none of a work, the stack does more of it than before or than stock (work_lost) |
 | rtf | optional interleaved RTF on tiny (`--rtf-rounds N`) | never (noisy, informational) |
 | quality | tests_quality's real-weights tier, when a real checkpoint is given | a test fails |
 
-Exit status: 0 the bump may ship, 1 it must not, 2 the gate could not run (bad candidate, no index, a failing
-install step, or a blocking check that raised or timed out: ERROR, the reason in its row), 3 INCOMPLETE: a
-blocking check (fingerprints, behaviour, parity, work) was skipped, run on a subset (--parity-k) or left out
-(--checks), so there is no verdict. An informational check (goldens, rtf, quality without a finding) that could not
-run is reported as "error" and changes nothing.
+Exit status: 0 the bump may ship, 1 it must not, 2 the gate could not run (a bad candidate name or path, no index;
+COULD NOT RUN: the candidate does not install or import, pip's or the import's message in the install row; ERROR: a
+blocking check raised or timed out, the reason in its row), 3 INCOMPLETE: a blocking check (fingerprints,
+behaviour, parity, work) was skipped, run on a part (--parity-k) or left out (--checks), so there is no verdict.
+An informational check (goldens, rtf, quality without a finding) that could not run is reported as "error" and
+changes nothing. The verdict is read from the checks' fields (Check.status, .blocks, .complete), never from their
+summaries.
 Writes OUT/verdict.json, OUT/verdict.md and each step's log; with `--results DIR` also a "gate" results file
 (the verdict and one row per check: render_results). Progress (each environment prepared, each check started and
 finished, with a counter and the elapsed time) goes to stderr, none with --quiet; the table and verdict to stdout.
@@ -65,11 +68,15 @@ COUNTERS = ("flops", "llm_calls", "llm_positions", "head_rows", "embedded_positi
 
 @dataclass
 class Check:
+    """One check's finding. The verdict reads only the fields (status, blocks, complete), never the summary: the
+    summary and details are text for people and hold upstream names of any spelling."""
+
     name: str
     status: str  # one of STATUSES
     blocks: bool
     summary: str
     details: list = field(default_factory=list)
+    complete: bool = True  # False: the check ran on a part of what it covers (parity with --parity-k)
 
     def __post_init__(self):
         if self.status not in STATUSES:
@@ -170,36 +177,56 @@ def rule_parity(result: dict, against: dict | None = None) -> Check:
     return Check("parity", "pass", False, f"bit-exact: {counts}{compared}", details)
 
 
+def work_lost(sa: int, fa: int, sc: int, fc: int) -> str | None:
+    """Why the stack lost ground to stock on one counter (stock sa on --against -> sc on the candidate, the stack fa ->
+    fc), or None. Where stock does some of the work on both versions, the stack's share of it (stack / stock) may not
+    grow by more than WORK_SLACK; the share has no value where stock does none, and there the stack may not do more
+    of the work than before (stock does none on both), any of it (stock stopped doing it), or more of it than stock
+    (stock newly does it)."""
+    grow = 1 + WORK_SLACK
+    if sa and sc:
+        ra, rc = fa / sa, fc / sc
+        if rc <= ra * grow:
+            return None
+        return f"{rc / ra - 1:+.1%}" if ra else "the stack did none of it before"
+    if not sc and not sa:
+        return f"stock does none of it, the stack {fa} -> {fc}" if fc > fa * grow else None
+    if not sc:
+        return f"stock no longer does it, the stack still does {fc}" if fc else None
+    return f"stock newly does {sc}, the stack more: {fc}" if fc > sc * grow else None
+
+
 def rule_work(candidate: dict, against: dict, candidate_version: str, against_version: str) -> Check:
     """candidate/against: {point: {'stock': counters, 'fastpath': counters}} (probe_work). Compared as the stack's
-    share of stock's work per counter, so longer speech in a release (both grow) does not block, and a stack that
-    lost ground relative to stock does."""
-    worse, moved, details = [], [], []
+    share of stock's work per counter (work_lost), so longer speech in a release (both grow) does not block, and a
+    stack that lost ground relative to stock does, named by point and counter."""
+    worse, moved, names = [], [], []
     missing = sorted(set(candidate) ^ set(against))
     for point in sorted(set(candidate) & set(against)):
         for key in COUNTERS:
             sa, fa = against[point]["stock"][key], against[point]["fastpath"][key]
             sc, fc = candidate[point]["stock"][key], candidate[point]["fastpath"][key]
-            if not sa or not sc:
-                if (sa, fa) != (sc, fc):
-                    moved.append(f"{point} {key}: stock {sa} -> {sc}, stack {fa} -> {fc}")
-                continue
-            ra, rc = fa / sa, fc / sc
-            line = f"{point} {key}: stack/stock {ra:.4f} on {against_version} -> {rc:.4f} on {candidate_version}"
-            if rc > ra * (1 + WORK_SLACK):
-                worse.append(line + f" ({rc / ra - 1:+.1%})")
+            if sa and sc:
+                line = (f"{point} {key}: stack/stock {fa / sa:.4f} on {against_version} -> {fc / sc:.4f} on "
+                        f"{candidate_version}")
+            else:
+                line = f"{point} {key}: stock {sa} -> {sc}, stack {fa} -> {fc} ({against_version} -> {candidate_version})"
+            why = work_lost(sa, fa, sc, fc)
+            if why:
+                worse.append(f"{line} ({why})")
+                names.append(f"{point} {key}")
             elif (sa, fa) != (sc, fc):
-                moved.append(line + f" (stock {sa} -> {sc})")
+                moved.append(line + (f" (stock {sa} -> {sc})" if sa and sc else ""))
     if missing:
-        return Check("work", "fail", True, f"work not measured on both versions at {missing}", details)
+        return Check("work", "fail", True, f"work not measured on both versions at {missing}", [])
     if worse:
-        return Check("work", "fail", True, f"the lossless stack lost ground to stock on {candidate_version}: "
-                                           f"{len(worse)} counters' stack/stock ratio grew by more than "
-                                           f"{WORK_SLACK:.0%}", worse + moved)
+        return Check("work", "fail", True, f"the lossless stack lost ground to stock on {candidate_version} in "
+                                           f"{len(worse)} counter(s): {', '.join(names[:6])}"
+                                           f"{' ...' if len(names) > 6 else ''}", worse + moved)
     if moved:
         return Check("work", "changed", False, "work counts moved, the stack's share of stock's did not grow",
                      moved)
-    return Check("work", "pass", False, "identical work counts, stock and lossless stack", details)
+    return Check("work", "pass", False, "identical work counts, stock and lossless stack", [])
 
 
 def rule_rtf(candidate: list, against: list, threshold: float = 0.10) -> Check:
@@ -226,19 +253,23 @@ def rule_quality(result: dict | None, reason: str = "") -> Check:
 
 
 def verdict(checks: list) -> dict:
-    """ship only when nothing blocks and every BLOCKING check ran whole; a check left out, skipped or run on a
-    subset makes the verdict INCOMPLETE (no answer), unless something already blocks; a BLOCKING check that could
-    not run (status "error": it raised or timed out) makes it ERROR (no answer, exit 2), unless something that ran
-    already blocks. An informational check that could not run is reported and changes nothing."""
-    blocking = [c.name for c in checks if c.blocks]
+    """From the checks' fields alone (status, blocks, complete; never their summaries): COULD NOT RUN when the
+    candidate did not install or import (the install check's status is not "pass": no check ran on it, exit 2);
+    else ship only when nothing blocks and every BLOCKING check ran whole; a check left out, skipped or run on a
+    part (complete False) makes the verdict INCOMPLETE (no answer), unless something already blocks; a BLOCKING
+    check that could not run (status "error": it raised or timed out) makes it ERROR (no answer, exit 2), unless
+    something that ran already blocks. An informational check that could not run is reported and changes nothing."""
     ran = {c.name: c for c in checks}
+    install = ran.get("install")
+    if install is not None and install.status != "pass":
+        return {"ship": False, "state": "could-not-run", "blocked_by": [], "not_run": [], "errors": ["install"],
+                "reason": install.summary.removeprefix("could not run: "), "checks": [asdict(c) for c in checks]}
+    blocking = [c.name for c in checks if c.blocks]
     errors = [n for n in BLOCKING if n in ran and ran[n].status == "error"]
-    missing = [n for n in BLOCKING if n not in ran or ran[n].status == "skipped" or "subset" in ran[n].summary]
-    if "install" in ran and ran["install"].status == "fail":
-        missing = errors = []  # the candidate does not import: that is the answer
+    missing = [n for n in BLOCKING if n not in ran or ran[n].status == "skipped" or not ran[n].complete]
     state = ("must-not-ship" if blocking else "error" if errors else "incomplete" if missing else "may-ship")
     return {"ship": state == "may-ship", "state": state, "blocked_by": blocking, "not_run": missing,
-            "errors": errors, "checks": [asdict(c) for c in checks]}
+            "errors": errors, "reason": None, "checks": [asdict(c) for c in checks]}
 
 
 # --- measurements ------------------------------------------------------------------------------------------
@@ -302,11 +333,13 @@ def check_fingerprints(env, against, versions, out: Path, traces: list | None = 
             path.write_text(function_diff(r["name"], cand_src, base_src,
                                           (f"omnivoice-{versions[1]}", f"omnivoice-{versions[0]}")))
             check.details.append(f"diff: {path}")
+    traces = [t for t in traces or [] if "called" in t]  # a record without a call trace traced nothing
     package = package_changes(fingerprints.package_fingerprints(env.site / "omnivoice"),
-                              fingerprints.package_fingerprints(against.site / "omnivoice"), traces or [])
+                              fingerprints.package_fingerprints(against.site / "omnivoice"), traces)
     on_path = [k for k, _, marks in package if "ON the generation path" in marks]
-    check.summary += (f"; whole package: {len(package)} changed function(s), {len(on_path)} on the generation path"
-                      + (f" ({', '.join(on_path[:5])})" if on_path else ""))
+    check.summary += f"; whole package: {len(package)} changed function(s), " + (
+        f"{len(on_path)} on the generation path" + (f" ({', '.join(on_path[:5])})" if on_path else "") if traces
+        else "not traced (the behaviour check did not run; it marks each one the grid runs)")
     for key, change, marks in package:
         check.details.append(f"{key}: {change} [{'; '.join(marks)}]")
         if change == "changed":
@@ -419,7 +452,8 @@ def check_parity(env, out: Path, select: str | None = None, version: str = "cand
         base["version"] = against_version
     check = rule_parity(result, base)
     if select:
-        check.summary += f" (subset: -k {select!r})"
+        check.complete = False
+        check.summary += f" (only the tests -k {select!r} selects)"
     return check
 
 
@@ -510,22 +544,29 @@ def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, r
     log(f"plan: prepare 2 environments (candidate {candidate_text}, against {against_text}: a venv each, reused "
         f"from .cache/gate/ when built before), then {len(checks)} checks: {', '.join(checks)}")
     log(f"environment 1/2: {candidate_text}")
-    env = cand.prepare(cand.parse_spec(candidate_text), fresh=fresh)
+    try:
+        env, ours = cand.prepare(cand.parse_spec(candidate_text), fresh=fresh), None
+    except cand.CandidateError as err:  # it does not install: the installer's message, and no verdict on the bump
+        env, ours = None, {"ok": False, "error": str(err), "traceback": ""}
     log(f"environment 2/2: {against_text}, {clock(time.perf_counter() - start)} elapsed")
     against = cand.prepare(cand.parse_spec(against_text), fresh=fresh)
-    results, info = [], {}
-    for e, tag in ((env, "candidate"), (against, "against")):
-        info[tag] = e.import_check()
-    if not info["against"]["ok"]:
-        raise cand.CandidateError(f"the --against environment does not import omnivoice: {info['against']['error']}")
-    versions = (info["candidate"].get("version", "?"), info["against"]["version"])
-    if not info["candidate"]["ok"]:
-        results.append(Check("install", "fail", True, f"{candidate_text} does not import: {info['candidate']['error']}",
-                             info["candidate"]["traceback"].splitlines()[-15:]))
-        results += [Check(n, "skipped", False, "skipped: the candidate does not import") for n in checks]
+    ours = ours or env.import_check()
+    if ours["ok"]:
+        theirs = against.import_check()
+        if not theirs["ok"]:
+            raise cand.CandidateError(f"the --against environment does not import omnivoice: {theirs['error']}")
+    else:  # nothing will run: its name and version are enough
+        theirs = dict(zip(("distribution", "version"), against.distribution()))
+    versions = (ours.get("version", "?"), theirs["version"])
+    names = (ours.get("distribution", "omnivoice") if ours["ok"] else None, theirs.get("distribution", "omnivoice"))
+    results = []
+    if not ours["ok"]:
+        results.append(could_not_run(candidate_text, ours, installed=env is not None))
+        results += [Check(n, "skipped", False, "skipped: the candidate could not be installed or imported")
+                    for n in checks]
     else:
-        results.append(Check("install", "pass", False, f"omnivoice {versions[0]} imports from {env.site}",
-                             list(env.notes)))
+        results.append(Check("install", "pass", False, f"{names[0]} {versions[0]} installs the omnivoice package, "
+                                                       f"which imports from {env.site}", list(env.notes)))
         records = {}
 
         def behaviour_records():  # recorded once, used by the behaviour check and to mark fingerprint changes
@@ -561,8 +602,10 @@ def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, r
                 step(f"{name} {check.status} in {time.perf_counter() - t0:.0f} s")
     report = verdict(results)
     report.update({
-        "candidate": {"spec": candidate_text, "version": versions[0], "python": str(env.python)},
-        "against": {"spec": against_text, "version": versions[1], "python": str(against.python)},
+        "candidate": {"spec": candidate_text, "distribution": names[0], "version": versions[0],
+                      "python": str(env.python) if env is not None else None},
+        "against": {"spec": against_text, "distribution": names[1], "version": versions[1],
+                    "python": str(against.python)},
         "environment": {**gold.environment(), "omnivoice": None, "machine": machine.summary()},
         "command": command,
         "accepted": accepted or {},
@@ -573,7 +616,26 @@ def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, r
     return report
 
 
+def could_not_run(candidate_text: str, found: dict, installed: bool) -> Check:
+    """The install check of a candidate that did not install (pip's message) or import (the traceback's end)."""
+    lines = [ln for ln in found["error"].splitlines() if ln.strip()]
+    said = next((ln.strip() for ln in lines if ln.lstrip().startswith("ERROR")), lines[0] if lines else "no message")
+    what = "does not import" if installed else "does not install"
+    details = found["traceback"].splitlines()[-15:] if found["traceback"] else lines
+    return Check("install", "error", False, f"could not run: {candidate_text} {what}: {said}", details)
+
+
+def name_of(side: dict) -> str:
+    """'lahgtna-omnivoice 0.1.5': the distribution and version of a report's candidate or --against (its spec when
+    it did not install)."""
+    if "distribution" not in side:  # reports from before forks were named
+        return f"omnivoice {side['version']}"
+    return f"{side['distribution']} {side['version']}" if side["distribution"] else side["spec"]
+
+
 def headline(report: dict) -> str:
+    if report["state"] == "could-not-run":
+        return f"COULD NOT RUN (no verdict on the bump): {report['reason']}"
     if report["state"] == "must-not-ship":
         return f"MUST NOT SHIP (blocked by: {', '.join(report['blocked_by'])})"
     if report["state"] == "error":
@@ -594,14 +656,13 @@ def render_table(report: dict) -> str:
         if c["details"]:
             lines.append(f"\n{c['name']}:")
             lines += [f"  {d}" for d in c["details"]]
-    lines.append(f"\nverdict: omnivoice {report['candidate']['version']} against {report['against']['version']}: "
-                 f"{headline(report)}")
+    lines.append(f"\nverdict: {name_of(report['candidate'])} against {name_of(report['against'])}: {headline(report)}")
     return "\n".join(lines)
 
 
 def render_verdict(report: dict) -> str:
     env = report["environment"]
-    out = [f"# Upstream gate: omnivoice {report['candidate']['version']} against {report['against']['version']}", "",
+    out = [f"# Upstream gate: {name_of(report['candidate'])} against {name_of(report['against'])}", "",
            f"**{headline(report)}**", "",
            f"Machine: {env['machine']}; torch {env['torch']}, transformers {env['transformers']}; CPU fp32; "
            f"{report['seconds']:.0f} s; command: `{report['command']}`", "",
@@ -617,10 +678,10 @@ def render_verdict(report: dict) -> str:
 def results_figures(report: dict) -> dict:
     """The gate's results-file figures: the verdict and one row per check (details stay in OUT/verdict.*)."""
     return {
-        "candidate": {k: report["candidate"][k] for k in ("spec", "version")},
-        "against": {k: report["against"][k] for k in ("spec", "version")},
+        **{side: {k: report[side][k] for k in ("spec", "distribution", "version") if k in report[side]}
+           for side in ("candidate", "against")},
         "state": report["state"], "blocked_by": report["blocked_by"], "not_run": report["not_run"],
-        "errors": report["errors"], "accepted": report.get("accepted", {}),
+        "errors": report["errors"], "reason": report.get("reason"), "accepted": report.get("accepted", {}),
         "checks": [{"name": c["name"], "status": c["status"], "blocking": c["blocks"], "summary": c["summary"]}
                    for c in report["checks"]],
         "seconds": report["seconds"],
@@ -632,8 +693,14 @@ def render_results(figures: dict) -> str:
     def cell(text) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
 
-    lines = [f"omnivoice `{figures['candidate']['version']}` (`{figures['candidate']['spec']}`) against "
-             f"`{figures['against']['version']}` (`{figures['against']['spec']}`): **{headline(figures)}**; "
+    def side(which: str, before: str) -> str:  # before: how files written before forks were named read
+        found = figures[which]
+        if "distribution" not in found:
+            return f"{before}`{found['version']}` (`{found['spec']}`)"
+        return (f"{found['distribution']} `{found['version']}` (`{found['spec']}`)" if found["distribution"]
+                else f"`{found['spec']}`")
+
+    lines = [f"{side('candidate', 'omnivoice ')} against {side('against', '')}: **{headline(figures)}**; "
              f"the gate took {figures['seconds']:.0f} s.", "",
              "| check | status | blocks the bump | summary |", "|---|---|---|---|"]
     lines += [f"| {c['name']} | {c['status']} | {'yes' if c['blocking'] else 'no'} | {cell(c['summary'])} |"
@@ -655,7 +722,8 @@ def _checks(text: str) -> tuple:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="fastpath-suite gate", description=__doc__.split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("candidate", help="omnivoice==X.Y.Z, a path to an omnivoice .whl, or a folder holding omnivoice/")
+    parser.add_argument("candidate", help="omnivoice==X.Y.Z (or NAME==X.Y.Z of a fork), a path to a .whl, or a folder "
+                                          "holding omnivoice/: any distribution that installs the omnivoice package")
     parser.add_argument("--against", default="current",
                         help="the version to compare with: 'current' (this environment's omnivoice) or a candidate form")
     parser.add_argument("--out", type=Path, default=None,
@@ -694,7 +762,7 @@ def main(argv=None) -> int:
                           args.fresh, command, log=progress.say, parity_select=args.parity_k, accepted=accepted,
                           progress=progress, device=args.device, dtype=args.dtype)
     except cand.CandidateError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: the gate could not run: {err}", file=sys.stderr)
         return 2
     except Exception as err:  # noqa: BLE001 - the gate could not run: exit 2 with the reason, never 1
         print(f"error: the gate could not run: {type(err).__name__}: {err}", file=sys.stderr)
@@ -702,7 +770,7 @@ def main(argv=None) -> int:
     print(render_table(report))
     print(f"\nwritten: {out / 'verdict.md'}, {out / 'verdict.json'} ({report['seconds']:.0f} s)")
     result_files.write_if_asked(args, "gate", results_figures(report))
-    return {"may-ship": 0, "must-not-ship": 1, "error": 2, "incomplete": 3}[report["state"]]
+    return {"may-ship": 0, "must-not-ship": 1, "error": 2, "could-not-run": 2, "incomplete": 3}[report["state"]]
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -152,9 +153,16 @@ def _summary_difference(part: str, observed: list, golden: list) -> str | None:
     for i, (a, b) in enumerate(zip(observed, golden)):
         scale = b[1] if part == "logits_moments" and b[1] > 0 else 1.0  # logits: relative to the tensor's std
         for j, (x, y) in enumerate(zip(a, b)):
+            if math.isnan(x) or math.isnan(y):  # |x - y| would be NaN, and NaN > worst is False
+                if math.isnan(x) and math.isnan(y):
+                    continue
+                worst, where = math.nan, (i, j)
+                break
             change = abs(x - y) / scale
             if change > worst:
                 worst, where = change, (i, j)
+        if math.isnan(worst):
+            break
     if worst <= tol:
         return None
     what = ("tensor {}, {}".format(where[0], ("mean", "std")[where[1]]) if part == "logits_moments"

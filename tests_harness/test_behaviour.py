@@ -121,3 +121,26 @@ def test_a_record_says_its_device_and_dtype_and_another_dtype_is_refused(tmp_pat
     assert behaviour.compare(records["fp32"], as_fp32), "bf16 recorded the same numbers as fp32"
     with pytest.raises(ValueError, match="same --device and --dtype"):
         behaviour.compare(records["fp32"], records["bf16"])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_equal_means_the_same_bits_nan_included_and_a_zero_keeps_its_sign(dtype):
+    """Two records of an identical release that hold a NaN are identical (torch.equal says they differ), and
+    0.0 against -0.0 is a difference (torch.equal says they are equal), in tensors and in plain numbers alike."""
+    values = torch.tensor([1.0, float("nan"), 0.0, -2.5], dtype=dtype)
+    assert behaviour.first_difference(values, values.clone()) is None
+    signed = values.clone()
+    signed[2] = -0.0
+    found = behaviour.first_difference(values, signed)
+    assert found and found.startswith("first at (2,): 0.0 vs -0.0; 1 of 4 differ"), found
+    moved = values.clone()
+    moved[1] = 3.0
+    assert behaviour.first_difference(values, moved).startswith("first at (1,): nan vs 3.0"), "a NaN became a number"
+
+    def rec(waveform, length):
+        return {"settings": {"s": {"calls": [], "waveforms": [waveform], "duration": length}}}
+
+    assert behaviour.compare(rec(values, float("nan")), rec(values.clone(), float("nan"))) == {}
+    assert behaviour.compare(rec(values, 0.0), rec(values.clone(), -0.0)) == {"s": ["duration: 0.0 vs -0.0"]}
+    assert list(behaviour.compare(rec(values, 1.0), rec(signed, 1.0))["s"]) == [
+        "waveforms[0]: " + behaviour.first_difference(values, signed)]

@@ -121,6 +121,74 @@ def test_work_rules():
     assert gate.rule_work({}, base, "new", "old").blocks, "unmeasured points must block"
 
 
+def work_pair(stock, stack, key="reference_encodes"):
+    """One point's counters with `key` set to stock's and the stack's count."""
+    return {"p": {"stock": dict(work(), **{key: stock}), "fastpath": dict(work(), **{key: stack})}}
+
+
+# (stock, stack) on the --against version -> (stock, stack) on the candidate: whether the work check blocks
+@pytest.mark.parametrize("before, after, blocks", [
+    pytest.param((200, 0), (200, 5), True, id="stack-did-none-now-some"),  # stack/stock 0 -> 0.025: lost ground
+    pytest.param((0, 0), (0, 3), True, id="stock-none-both-stack-0-to-3"),  # work stock never does
+    pytest.param((0, 2), (0, 3), True, id="stock-none-both-stack-grew"),
+    pytest.param((5, 2), (0, 2), True, id="stock-stopped-stack-did-not"),
+    pytest.param((0, 0), (5, 8), True, id="new-work-stack-does-more-than-stock"),
+    pytest.param((0, 0), (5, 5), False, id="new-work-stack-does-as-stock"),  # a release adds work to both
+    pytest.param((0, 2), (0, 1), False, id="stock-none-both-stack-shrank"),
+    pytest.param((5, 2), (0, 0), False, id="work-gone-from-both"),
+])
+def test_work_that_stock_or_the_stack_did_none_of_is_judged_without_dividing_by_zero(before, after, blocks):
+    """The share stack/stock has no value where a count is 0: the stack doing work that stock does not (or more of
+    a work stock newly does than stock) is lost ground; the check names the work and never errors."""
+    check = gate.rule_work(work_pair(*after), work_pair(*before), "new", "old")
+    assert check.blocks == blocks and check.status == ("fail" if blocks else "changed"), check
+    if blocks:
+        assert "p reference_encodes" in check.summary, check.summary
+        assert gate.verdict([gate.Check(n, "pass", False, "") for n in gate.BLOCKING if n != "work"]
+                            + [check])["state"] == "must-not-ship"
+
+
+def test_the_verdict_reads_the_checks_fields_not_their_summaries():
+    """A summary is text for people: a changed upstream function whose name holds "subset" is no subset run."""
+    ok = [gate.Check(n, "pass", False, "") for n in gate.BLOCKING]
+    named = [c if c.name != "fingerprints" else
+             gate.Check("fingerprints", "pass", False, "whole package: 1 changed function(s), 1 on the generation "
+                                                       "path (utils/text.py:token_subset)") for c in ok]
+    assert gate.verdict(named)["state"] == "may-ship", gate.verdict(named)
+    part = [c if c.name != "parity" else gate.Check("parity", "pass", False, "bit-exact", complete=False)
+            for c in ok]
+    assert gate.verdict(part)["state"] == "incomplete" and gate.verdict(part)["not_run"] == ["parity"]
+
+
+def test_parity_on_a_selection_is_marked_incomplete(monkeypatch, tmp_path):
+    monkeypatch.setattr(gate, "run_pytest", lambda *a, **k: parity_result())
+    monkeypatch.setattr(gate, "tier_environment", lambda *a, **k: {})
+    assert gate.check_parity(None, tmp_path).complete
+    part = gate.check_parity(None, tmp_path, "one_word")
+    assert not part.complete and "-k 'one_word'" in part.summary, part
+
+
+def fake_site(root, functions: str):
+    """A folder holding an omnivoice package whose models/omnivoice.py is `functions`, as an environment."""
+    (root / "omnivoice" / "models").mkdir(parents=True)
+    (root / "omnivoice" / "__init__.py").write_text("")
+    (root / "omnivoice" / "models" / "omnivoice.py").write_text(functions)
+    return types.SimpleNamespace(site=root, upstream_file=root / "omnivoice" / "models" / "omnivoice.py")
+
+
+def test_no_count_on_the_generation_path_is_claimed_unless_the_grid_traced_it(tmp_path):
+    """With the behaviour check left out (--checks fingerprints) nothing was traced: the summary says so instead of
+    "0 on the generation path"."""
+    against = fake_site(tmp_path / "a", "def generate():\n    return 1\n\ndef other():\n    return 1\n")
+    candidate = fake_site(tmp_path / "c", "def generate():\n    return 2\n\ndef other():\n    return 2\n")
+    untraced = gate.check_fingerprints(candidate, against, ("new", "old"), tmp_path / "out1", None)
+    assert "on the generation path" not in untraced.summary, untraced.summary
+    assert "2 changed function(s), not traced" in untraced.summary, untraced.summary
+    traces = [{"called": ["models/omnivoice.py:generate"], "under_patched": []}]
+    traced = gate.check_fingerprints(candidate, against, ("new", "old"), tmp_path / "out2", traces)
+    assert "2 changed function(s), 1 on the generation path (models/omnivoice.py:generate)" in traced.summary, traced
+
+
 def test_verdict_ships_only_when_every_blocking_check_ran_whole():
     ok = [gate.Check(n, "pass", False, "") for n in gate.BLOCKING] + [gate.Check("goldens", "changed", False, "")]
     assert gate.verdict(ok)["state"] == "may-ship" and gate.verdict(ok)["ship"]
@@ -128,7 +196,7 @@ def test_verdict_ships_only_when_every_blocking_check_ran_whole():
     assert bad["state"] == "must-not-ship" and not bad["ship"] and bad["blocked_by"] == ["x"]
     partial = gate.verdict([c for c in ok if c.name != "parity"])
     assert partial["state"] == "incomplete" and partial["not_run"] == ["parity"] and not partial["ship"]
-    subset = [c if c.name != "parity" else gate.Check("parity", "pass", False, "bit-exact (subset: -k one_word)")
+    subset = [c if c.name != "parity" else gate.Check("parity", "pass", False, "bit-exact", complete=False)
               for c in ok]
     assert gate.verdict(subset)["state"] == "incomplete"
     skipped = [c if c.name != "work" else gate.Check("work", "skipped", False, "skipped") for c in ok]
@@ -145,7 +213,7 @@ class FakeEnv:
     python, site, notes = "python", "site", ()
 
     def import_check(self):
-        return {"ok": True, "version": "9.9.9", "file": "x"}
+        return {"ok": True, "distribution": "omnivoice", "version": "9.9.9", "file": "x"}
 
 
 def gate_with(monkeypatch, tmp_path, failing: dict) -> dict:
@@ -274,19 +342,22 @@ def test_a_rebuilt_wheel_of_the_same_name_is_a_new_candidate(tmp_path):
     assert first.name != second.name and first.name.startswith(wheel.stem), (first.name, second.name)
 
 
-def test_a_candidate_without_an_omnivoice_distribution_is_refused_not_read_as_the_current_version(tmp_path):
-    """Its package imports from the candidate's venv, but importlib.metadata would find this environment's
-    omnivoice dist-info through the shared-site .pth and report the current version."""
+def test_a_folder_whose_dist_info_installs_omnivoice_under_another_name_is_that_candidate(tmp_path):
+    """A source folder with a fork's dist-info beside the package (top_level.txt names omnivoice) is gated as that
+    distribution; a venv where no distribution installs the package is refused, not read as this environment's
+    omnivoice (importlib.metadata would find it through the shared-site .pth)."""
     source = cand.edited_copy(tmp_path / "src", {}, "9.9.9+renamed")
     info = next((tmp_path / "src").glob("omnivoice-*.dist-info"))
-    info.rename(tmp_path / "src" / "other_name-9.9.9.dist-info")  # a distribution of another name
-    (tmp_path / "src" / "other_name-9.9.9.dist-info" / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: other-name\nVersion: 9.9.9\n")
+    fork = tmp_path / "src" / "other_name-9.9.9.dist-info"
+    info.rename(fork)  # a distribution of another name
+    (fork / "METADATA").write_text("Metadata-Version: 2.1\nName: other-name\nVersion: 9.9.9\n")
+    (fork / "top_level.txt").write_text("omnivoice\n")
     env = cand.prepare(cand.parse_spec(str(source)), root=tmp_path / "venvs")
-    for stray in env.site.glob("omnivoice-*.dist-info"):  # _copy_source writes 0+local when none is named omnivoice
-        shutil.rmtree(stray)
+    assert env.distribution() == ("other-name", "9.9.9")
+    for made in env.site.glob("*.dist-info"):
+        shutil.rmtree(made)
     found = env.import_check()
-    assert not found["ok"] and "no distribution named omnivoice" in found["error"], found
+    assert not found["ok"] and "no distribution in" in found["error"] and "installs the omnivoice" in found["error"], found
 
 
 def test_source_fingerprints_equal_the_installed_ones():

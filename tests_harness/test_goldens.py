@@ -132,3 +132,13 @@ def test_every_recorded_numerics_key_is_one_the_key_function_can_produce(known):
              for version, data in known.items()}
     stale = {v: keys for v, keys in stale.items() if keys}
     assert not stale, f"goldens hold exact hashes under keys no machine produces now: {stale}; migrate or remove them"
+
+
+def test_a_summary_that_became_nan_moved_and_one_that_stayed_nan_did_not():
+    """|x - y| with a NaN is NaN, and NaN > worst is False: a NaN on one side alone read as within tolerance."""
+    nan = float("nan")
+    for part in goldens.TOLERANCES:
+        assert goldens._summary_difference(part, [[0.5, nan]], [[0.5, nan]]) is None
+        for observed, golden in (([[0.5, nan]], [[0.5, 1.0]]), ([[0.5, 1.0]], [[0.5, nan]])):
+            moved = goldens._summary_difference(part, observed, golden)
+            assert moved and moved.startswith(f"{part}: moved nan at"), moved

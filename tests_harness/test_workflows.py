@@ -168,12 +168,12 @@ def test_version_bump_passes_the_gate_exit_status_on(tmp_path):
 
 
 def test_version_bump_fails_unless_the_bump_may_ship(tmp_path):
-    """Every state of the gate but may-ship (MUST NOT SHIP, ERROR, INCOMPLETE) fails the job, and so does a gate
-    that never reported a status."""
+    """Every state of the gate but may-ship (MUST NOT SHIP, ERROR, COULD NOT RUN, INCOMPLETE) fails the job, and so
+    does a gate that never reported a status."""
     final = step("Fail unless the bump may ship")
     assert final["if"].startswith("always()")
     codes = gate_exit_codes()
-    assert set(codes) == {"may-ship", "must-not-ship", "error", "incomplete"}
+    assert set(codes) == {"may-ship", "must-not-ship", "error", "could-not-run", "incomplete"}
     for state, code in [*codes.items(), ("not run", "")]:
         done = run_step("Fail unless the bump may ship", tmp_path, RC=str(code))
         assert (done.returncode == 0) == (state == "may-ship"), (state, done.stdout)
