@@ -244,3 +244,45 @@ def test_gpu_check_merges_two_calls_and_judges_batching_pairs(tmp_path, monkeypa
     assert results.load(path)["command"] == ("STAGES='3 4 4b 5' fastpath-suite gpu-check; "
                                              "STAGES=4b fastpath-suite gpu-check")
     assert gpu_check.main(["--out", str(tmp_path / "nothing"), "--results", str(tmp_path / "r")]) == 2
+
+
+# --- the prefix cache ------------------------------------------------------------------------------------------
+
+
+def prefix_figures(checkpoint=True) -> dict:
+    """harness.speed.prefix main's results figures: measure()'s rows with their samples, the load, the checkpoint."""
+    rows = [{"variant": "exact", "seconds_per_step": 0.5, "speedup": 1.0, "samples": [0.5, 0.52, 0.49]},
+            {"variant": "r=4", "seconds_per_step": 0.25, "speedup": 2.0, "samples": [0.25, 0.26, 0.245],
+             "agreement": 0.9375}]
+    figures = {"point": "clone6-medium-16", "num_step": 16, "rounds": 3, "seeds": [0, 1], "rows": rows, "load": 1.0}
+    return dict(figures, checkpoint="full-e4777718bb77ad5e") if checkpoint else figures
+
+
+def test_prefix_results_name_the_checkpoint_that_was_timed():
+    from harness.speed import prefix
+
+    assert results.renderer("prefix") is prefix.render_results
+    lines = prefix.render_results(prefix_figures()).splitlines()
+    assert lines[0].startswith("Checkpoint full-e4777718bb77ad5e: prefix_kv_cache at clone6-medium-16 (16 steps)")
+    assert lines[2:] == ["| variant | s/step | speedup vs exact | token agreement |", "|---|---|---|---|",
+                         "| exact | 0.500 | 1.00x | 100% (reference) |", "| r=4 | 0.250 | 2.00x | 93.75% |"]
+    # a file written before the checkpoint was recorded still renders
+    assert prefix.render_results(prefix_figures(checkpoint=False)).startswith("prefix_kv_cache at clone6-medium-16")
+
+
+def test_prefix_main_records_the_checkpoint_in_its_results_file(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    import harness.checkpoint
+    from harness.speed import prefix
+
+    measured = {k: v for k, v in prefix_figures(checkpoint=False).items() if k != "load"}
+    monkeypatch.setattr(harness.checkpoint, "resolve_checkpoint",
+                        lambda explicit, size: SimpleNamespace(identity=f"{size}-0123456789abcdef"))
+    monkeypatch.setattr(harness.checkpoint, "load_model", lambda ckpt: SimpleNamespace(device="cpu"))
+    monkeypatch.setattr(prefix, "measure", lambda *a, **k: dict(measured))
+    assert prefix.main(["--size", "full", "--results", str(tmp_path), "--quiet"]) == 0
+    (path,) = (tmp_path / "prefix").glob("*.json")
+    figures = results.load(path)["figures"]
+    assert figures["checkpoint"] == "full-0123456789abcdef"
+    assert "Checkpoint full-0123456789abcdef: " in results.render(tmp_path)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from harness import results
 from harness.quality import known_answer, simulate
 
@@ -42,9 +44,24 @@ def test_known_answer_renders_one_row_per_case():
     text = known_answer.render_results(KNOWN)
     lines = text.splitlines()
     assert lines[0] == ("Margin 4 WER points; 60 sentences x 3 seeds a set; 2 repetitions a row. "
-                        "Judge: whisper tiny.en ct2 sha256:abc; espeak-ng 1.51.")
-    assert lines[4] == "| equivalent set (other seeds) | pass >= 80% | 2/2 (100%) | +0.25 (0.50) | +2.50 | yes |"
-    assert lines[5] == "| worse by the margin, spread | pass <= 5% | 1/2 (50%) | +4.10 (1.00) | +6.00 | NO |"
+                        "Judge: whisper tiny.en ct2 sha256:abc; espeak-ng 1.51. Each pass rate with its 95% interval "
+                        "(exact binomial, Clopper-Pearson); \"met\" compares the observed rate with the criterion.")
+    # 2 of 2: the exact interval is (0.025 ** (1 / 2), 1) = 16% to 100%; 1 of 2: 1% to 99%
+    assert lines[4] == ("| equivalent set (other seeds) | pass >= 80% | 2/2 (100%) | 16% to 100% | +0.25 (0.50) | "
+                        "+2.50 | yes |")
+    assert lines[5] == ("| worse by the margin, spread | pass <= 5% | 1/2 (50%) | 1% to 99% | +4.10 (1.00) | "
+                        "+6.00 | NO |")
+
+
+@pytest.mark.parametrize("passed, reps, low, high", [
+    (0, 20, 0.0, 0.1684),  # none of 20 passing still allows a rate up to 17%: 1 - 0.025 ** (1 / 20)
+    (20, 20, 0.8316, 1.0),
+    (0, 3, 0.0, 0.7076),  # 1 - 0.025 ** (1 / 3)
+    (1, 2, 0.0126, 0.9874),
+])
+def test_a_pass_rate_interval_is_the_exact_binomial_one(passed, reps, low, high):
+    got = known_answer.rate_interval(passed, reps)
+    assert got == pytest.approx((low, high), abs=1e-4)
 
 
 def test_simulate_writes_a_results_file_the_page_renders(tmp_path, capsys):
@@ -86,6 +103,53 @@ def test_known_answer_shows_progress_per_chunk_of_clips(monkeypatch):
     lines = stream.getvalue().splitlines()
     assert lines[0] == "[known-answer] render and transcribe: 3 steps"
     assert lines[-1].startswith("[known-answer] render and transcribe 3/3: 45/45 clips")
+
+
+
+def fake_gating(monkeypatch):
+    """run() without a judge: no clip rendered, each verdict keeps the candidate specs it was given."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(known_answer, "transcribe_all", lambda *a, **k: None)
+    monkeypatch.setattr(known_answer, "score", lambda judge, specs: specs)
+    monkeypatch.setattr(known_answer, "gate", lambda ref, cand, **k: SimpleNamespace(
+        passed=True, verdict="pass", delta_wer=0.0, upper=0.01, cand=[(s[0].id, s[1], s[3]) for s in cand]))
+
+
+def test_known_answer_case_keys_name_every_case_once():
+    keys = [c.key for c in known_answer.CASES]
+    assert keys == ["equivalent", "spread-1x", "concentrated-1x", "spread-2x", "concentrated-2x", "cut"]
+
+
+def test_some_cases_draw_what_they_draw_in_the_whole_table(monkeypatch):
+    from types import SimpleNamespace
+
+    fake_gating(monkeypatch)
+    items = [SimpleNamespace(id=f"s{i}", text=" ".join(["word"] * (6 + i))) for i in range(10)]
+    every = known_answer.run(None, None, reps=2, items=items, log=lambda line: None)
+    some = known_answer.run(None, None, reps=2, items=items, log=lambda line: None,
+                            cases=[c for c in known_answer.CASES if c.key in ("spread-2x", "cut")])
+    assert [r.case.key for r in some] == ["spread-2x", "cut"]
+    whole = {r.case.key: [v.cand for v in r.verdicts] for r in every}
+    assert all([v.cand for v in r.verdicts] == whole[r.case.key] for r in some)
+
+
+def test_known_answer_cases_option_runs_those_rows_and_says_so(monkeypatch, tmp_path, capsys):
+    from types import SimpleNamespace
+
+    import harness.quality.judge
+
+    fake_gating(monkeypatch)
+    monkeypatch.setattr(harness.quality.judge, "load_judge", lambda name: SimpleNamespace(identity="fake judge"))
+    # the fake gate passes everything, so the cut row misses its criterion: exit 1, the file written all the same
+    assert known_answer.main(["--reps", "1", "--cases", "equivalent", "cut", "--quiet", "--out",
+                              str(tmp_path / "ka.json"), "--results", str(tmp_path / "results")]) == 1
+    (path,) = (tmp_path / "results" / "known-answer").glob("*.json")
+    figures = results.load(path)["figures"]
+    assert [r["case"] for r in figures["rows"]] == [known_answer.CASES[0].name, known_answer.CASES[-1].name]
+    text = known_answer.render_results(figures)
+    assert "1 repetitions a row." in text and "2 of the 6 cases were run (--cases)" in text
+    assert "2 of the 6" not in known_answer.render_results(dict(figures, rows=figures["rows"] * 3))
 
 
 # --- SIM, MOS and the stream check ---------------------------------------------------------------------------

@@ -84,6 +84,11 @@ class Case:
     times_margin: float  # damage in margins (0 for equivalent; cut: about 2)
     want: str  # the criterion, e.g. "pass >= 80%"
 
+    @property
+    def key(self) -> str:
+        """The case's name on the command line (--cases): equivalent, spread-1x, concentrated-2x, cut."""
+        return self.kind if self.kind in ("equivalent", "cut") else f"{self.kind}-{self.times_margin:g}x"
+
 
 CASES = (
     Case("equivalent set (other seeds)", "equivalent", 0.0, "pass >= 80%"),
@@ -219,24 +224,45 @@ def run(judge, judge_name: str | None, reps: int, seeds: int = SEEDS, margin_poi
 
 def figures(rows: list[Row], margin_points: float, seeds: int, reps: int, sentences: int, judge: str | None,
             espeak: str | None, seed: int = 0) -> dict:
-    """The raw figures of a run (JSON-serialisable), as a results file and --out hold them."""
+    """The raw figures of a run (JSON-serialisable), as a results file and --out hold them; `cases_total`: how
+    many cases the full table has (a run of some --cases renders as such)."""
     return {"margin_points": margin_points, "seeds": seeds, "reps": reps, "sentences": sentences, "seed": seed,
-            "pool": POOL, "judge": judge, "espeak": espeak, "rows": [r.as_dict() for r in rows]}
+            "pool": POOL, "judge": judge, "espeak": espeak, "cases_total": len(CASES),
+            "rows": [r.as_dict() for r in rows]}
+
+
+RATE_LEVEL = 0.95  # the two-sided level of a pass rate's interval in the table
+
+
+def rate_interval(passed: int, repetitions: int, level: float = RATE_LEVEL) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) interval of a pass rate seen as `passed` of `repetitions` (scipy): how much a
+    table of few repetitions can say (2 of 2 passing: 16% to 100%)."""
+    from scipy.stats import binomtest
+
+    ci = binomtest(passed, repetitions).proportion_ci(confidence_level=level, method="exact")
+    return float(ci.low), float(ci.high)
 
 
 def render_results(figures: dict) -> str:
-    """The table of a run's figures (`figures()`), as markdown: one row per case."""
+    """The table of a run's figures (`figures()`), as markdown: one row per case, each pass rate with its
+    interval (rate_interval), so a run of fewer repetitions says how little its rates are known."""
     rows = figures["rows"]
     lines = [f"Margin {figures['margin_points']:g} WER points; {figures.get('sentences', '?')} sentences x "
              f"{figures['seeds']} seeds a set; {rows[0]['repetitions'] if rows else figures['reps']} repetitions a "
-             "row." + (f" Judge: {figures['judge']}; espeak-ng {figures['espeak']}." if figures.get("judge") else ""),
+             "row." + (f" Judge: {figures['judge']}; espeak-ng {figures['espeak']}." if figures.get("judge") else "")
+             + f" Each pass rate with its {RATE_LEVEL:.0%} interval (exact binomial, Clopper-Pearson); \"met\" "
+             "compares the observed rate with the criterion."
+             + (f" {len(rows)} of the {figures['cases_total']} cases were run (--cases); the others are not measured."
+                if len(rows) < figures.get("cases_total", len(rows)) else ""),
              "",
-             "| case | criterion | passed | ΔWER points, mean (sd) | upper bound, mean | met |",
-             "|---|---|---|---|---|---|"]
+             f"| case | criterion | passed | pass rate, {RATE_LEVEL:.0%} interval | ΔWER points, mean (sd) | "
+             "upper bound, mean | met |",
+             "|---|---|---|---|---|---|---|"]
     for d in rows:
+        low, high = rate_interval(d["passed"], d["repetitions"])
         lines.append(f"| {d['case']} | {d['want']} | {d['passed']}/{d['repetitions']} ({d['pass_rate']:.0%}) | "
-                     f"{d['delta_points_mean']:+.2f} ({d['delta_points_sd']:.2f}) | {d['upper_points_mean']:+.2f} | "
-                     f"{'yes' if d['meets'] else 'NO'} |")
+                     f"{low:.0%} to {high:.0%} | {d['delta_points_mean']:+.2f} ({d['delta_points_sd']:.2f}) | "
+                     f"{d['upper_points_mean']:+.2f} | {'yes' if d['meets'] else 'NO'} |")
     return "\n".join(lines)
 
 
@@ -258,6 +284,9 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, default=SEEDS, help="seeds per sentence in a set (every metric)")
     parser.add_argument("--margin", type=margin_points_option, default=MARGIN_POINTS,
                         help="non-inferiority margin in WER points")
+    parser.add_argument("--cases", nargs="+", choices=[c.key for c in CASES], default=[c.key for c in CASES],
+                        help="which rows of the table to run (each case draws the same seeds and damage as in the "
+                             "whole table)")
     parser.add_argument("--workers", type=int, default=2, help="processes rendering and transcribing clips")
     parser.add_argument("--judge", default=None,
                         help="the Whisper judge (a name or path, as --judge of pytest); None: tiny.en")
@@ -275,11 +304,12 @@ def main(argv=None) -> int:
 
         return known_scores.main(args, progress)
     items = corpus.load_corpus("dev")
-    progress.say(f"{len(CASES)} cases x {args.reps} repetitions of {len(items)} sentences x {args.seeds} seeds a set, "
+    cases = tuple(c for c in CASES if c.key in args.cases)
+    progress.say(f"{len(cases)} cases x {args.reps} repetitions of {len(items)} sentences x {args.seeds} seeds a set, "
                  f"margin {args.margin:g} WER points; clips not yet cached are rendered and transcribed first "
                  "(cold: about 4000 clips at the defaults)")
     judge = load_judge(args.judge)
-    rows = run(judge, args.judge, args.reps, args.seeds, args.margin, workers=args.workers, items=items,
+    rows = run(judge, args.judge, args.reps, args.seeds, args.margin, cases=cases, workers=args.workers, items=items,
                log=progress.say, progress=progress)
     data = figures(rows, args.margin, args.seeds, args.reps, len(items), judge.identity, speech.espeak_version())
     print(render_results(data))

@@ -89,7 +89,8 @@ def format_table(result: dict, machine: str | None) -> str:
     from harness.speed import stability
 
     where = f", {machine}" if machine else ""
-    lines = [f"prefix_kv_cache at {result['point']} ({result['num_step']} steps){where}; median of "
+    checkpoint = f"Checkpoint {result['checkpoint']}: " if result.get("checkpoint") else ""
+    lines = [f"{checkpoint}prefix_kv_cache at {result['point']} ({result['num_step']} steps){where}; median of "
              f"{result['rounds']} interleaved rounds; agreement over seeds {result['seeds']}",
              "", "| variant | s/step | speedup vs exact | token agreement |", "|---|---|---|---|"]
     exact = result["rows"][0]["samples"]
@@ -130,8 +131,10 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="JSON with the rows, samples and machine")
     results.add_arguments(parser)
     args = parser.parse_args(argv)
-    model = load_model(resolve_checkpoint(args.checkpoint, size=args.size))
-    result = measure(model, args.point, args.refresh, args.rounds, args.seeds, Progress("prefix", args.quiet))
+    checkpoint = resolve_checkpoint(args.checkpoint, size=args.size)
+    model = load_model(checkpoint)
+    result = {"checkpoint": checkpoint.identity,
+              **measure(model, args.point, args.refresh, args.rounds, args.seeds, Progress("prefix", args.quiet))}
     result["load"] = load_average()
     info = machine_info(str(model.device))
     print(format_table(result, f"{info['cpu_model']}, {info['torch_threads']} threads, torch {torch.__version__}"))
