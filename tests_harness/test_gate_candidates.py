@@ -17,6 +17,10 @@ import pytest
 from harness import gate
 from harness import candidate as cand
 
+# five venvs and pip installs, about a minute: beyond the default run's budget; .ci/run's controls stage runs them
+# on every change
+pytestmark = [pytest.mark.slow, pytest.mark.control]
+
 
 def build_wheel(folder: Path, name: str, version: str, files: dict, requires_python: str | None = None) -> Path:
     """A pure-Python wheel of distribution `name` holding `files` ({path in the wheel: bytes}), with its dist-info

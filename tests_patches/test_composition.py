@@ -150,6 +150,8 @@ def test_every_ordered_pair_composes(model, references):
 
 
 @pytest.mark.cpu
+@pytest.mark.slow  # about 30 s: beyond the default run's budget; .ci/run's controls stage runs it on every change
+@pytest.mark.control
 def test_every_triple_with_the_default_stack_composes(model, references):
     """The stack, then A, then B (A, B two patches outside it): revert one of the three, generate, compare."""
     problems = [f"apply the stack, {a}, {b}, revert {r}: {p}" for a, b in TRIPLES for r in (STACK, a, b)

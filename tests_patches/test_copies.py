@@ -36,6 +36,8 @@ def instance_attributes(model) -> dict:
             "tokenizer": sorted(model.audio_tokenizer.__dict__), "attention": model.llm.config._attn_implementation}
 
 
+@pytest.mark.slow  # about 20 s: beyond the default run's budget; .ci/run's controls stage runs it on every change
+@pytest.mark.control
 def test_deepcopy_of_a_patched_model_carries_its_patches_and_reverts_to_stock(model):
     stock, stock_state = waveforms(model), instance_attributes(model)
     audio, text = reference("ref_3s")

@@ -119,6 +119,8 @@ def voices() -> list:
 
 
 @pytest.mark.cpu
+@pytest.mark.slow  # about 90 s: beyond the default run's budget; .ci/run's controls stage runs it on every change
+@pytest.mark.control
 def test_a_cache_serving_many_voices_gives_each_request_its_own_voice(model):
     """54 voices (30 of one length), each once and then 20 of them again in another order, through a cache bounded at
     16 entries (hits, misses and evictions all happen): every request's logits, tokens and audio equal the same request
