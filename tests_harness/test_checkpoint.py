@@ -17,6 +17,8 @@ def digest_folder(folder) -> dict:
     }
 
 
+@pytest.mark.slow  # beyond the default run's budget: .ci/run's controls stage runs it on every change
+@pytest.mark.control
 def test_same_recipe_same_weights(tmp_path):
     a = ckpt.build_checkpoint("tiny", root=tmp_path / "a")
     b = ckpt.build_checkpoint("tiny", root=tmp_path / "b")

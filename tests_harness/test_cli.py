@@ -82,7 +82,9 @@ def test_the_command_line_lists_every_verb_with_one_line_each(capsys):
     assert main(["no-such-verb"]) == 2 and "unknown verb 'no-such-verb'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", [["fastpath-suite", "fingerprints"], ["fastpath", "fingerprints"]])
+@pytest.mark.parametrize("command", [pytest.param(["fastpath-suite", "fingerprints"], id="fastpath-suite"),
+                                     pytest.param(["fastpath", "fingerprints"], id="fastpath",  # .ci/run's controls stage
+                                                  marks=[pytest.mark.slow, pytest.mark.control])])
 def test_a_command_that_imports_omnivoice_prints_no_third_party_warning(tmp_path, command):
     """pydub (under omnivoice) warns on import when no ffmpeg is on PATH; the command lines hide that one warning."""
     script = Path(sys.executable).parent / command[0]

@@ -34,6 +34,8 @@ def known():
     return found
 
 
+@pytest.mark.slow  # beyond the default run's budget: .ci/run's controls stage runs it on every change
+@pytest.mark.control
 @pytest.mark.cpu
 def test_stock_matches_the_goldens_of_a_known_version(observed, known, checkpoint):
     """Portable parts everywhere, plus the exact hashes where this machine's are recorded (the report says which)."""

@@ -112,6 +112,8 @@ def test_the_full_table_is_the_results_file(recorded):
         assert fig["steps"][step]["within_3"] == pytest.approx(row["within_3"], abs=0.02), (step, fig["steps"][step])
 
 
+@pytest.mark.slow  # beyond the default run's budget: .ci/run's controls stage runs it on every change
+@pytest.mark.control
 def test_recorded_instruction_counts_meet_their_goals():
     """The instruction-count signal on its recorded runs (some beside a busy core at the same priority), a small
     seeded rerun of `history rates`: no false alarm in 100 clean nights' worth of histories, a 5% step caught on its

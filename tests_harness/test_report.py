@@ -10,6 +10,8 @@ from harness import report
 from harness.speed.measure import stack_packs
 
 
+@pytest.mark.slow  # beyond the default run's budget: .ci/run's controls stage runs it on every change
+@pytest.mark.control
 @pytest.mark.cpu
 def test_report_shows_stock_the_public_packages_and_the_stack(model, tmp_path, monkeypatch):
     from harness.installed import missing
@@ -35,6 +37,8 @@ def test_report_shows_stock_the_public_packages_and_the_stack(model, tmp_path, m
     assert json.loads((tmp_path / "report.json").read_text())["timing"]["peers_missing"] == []
 
 
+@pytest.mark.slow  # beyond the default run's budget: .ci/run's controls stage runs it on every change
+@pytest.mark.control
 @pytest.mark.cpu
 def test_report_without_the_public_packages_says_how_to_install_them(tmp_path, monkeypatch):
     from harness.speed import bench

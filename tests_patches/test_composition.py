@@ -36,6 +36,8 @@ NAMES = sorted(fastpath.PATCHES)
 REFUSALS = (fastpath.ConflictingPatchesError, loop.UnsupportedHereError)
 STACK = "defaults(cpu)"  # the default stack on the test's CPU model, applied as one
 
+CI = [pytest.mark.slow, pytest.mark.control]  # beyond the default run's budget: .ci/run's controls stage, every change
+
 
 def own_state(model) -> dict:
     """What patches may change: the instance dicts of the model and the submodules patches touch, and the LLM's
@@ -160,7 +162,7 @@ def test_every_triple_with_the_default_stack_composes(model, references):
 
 
 @pytest.mark.cpu
-@pytest.mark.parametrize("examples", [pytest.param(8, id="8"), pytest.param(64, id="64", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("examples", [pytest.param(8, id="8", marks=CI), pytest.param(64, id="64", marks=pytest.mark.slow)])
 def test_any_sequence_of_applies_and_reverts_composes(model, references, examples):
     pristine = own_state(model)
 

@@ -75,6 +75,8 @@ def build_and_use_the_wheel(folder):
             "stderr": done.stderr[-3000:]}
 
 
+@pytest.mark.slow  # beyond the default run's budget: .ci/run's controls stage runs it on every change
+@pytest.mark.control
 @pytest.mark.early.with_args(build_and_use_the_wheel)  # with_args: a lone callable would be decorated
 def test_the_wheel_holds_the_patches_and_needs_torch_and_omnivoice_alone(early):
     """The wheel's files and requirements, and a user's script on it (build_and_use_the_wheel; it starts when

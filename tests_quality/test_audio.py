@@ -180,6 +180,8 @@ def test_check_clip_names_an_unknown_judge():
         audio.check_clip(np.ones(10), SR, "PESQ")
 
 
+@pytest.mark.slow  # beyond the default run's budget: .ci/run's controls stage runs it on every change
+@pytest.mark.control
 @pytest.mark.quality
 def test_real_speech_is_never_refused(dev_renders, espeak):
     """No false refusals: every espeak-ng render of the dev sentences (at espeak's defaults, and at the realisations

@@ -139,6 +139,8 @@ def test_sim_passes_the_same_voices_and_refuses_a_shifted_voice(voice_judge, esp
     assert json.loads(voice_judge.identity)["weights_sha256"]
 
 
+@pytest.mark.slow  # beyond the default run's budget: .ci/run's controls stage runs it on every change
+@pytest.mark.control
 @pytest.mark.quality
 def test_mos_passes_an_equivalent_set_and_refuses_noise(mos_judge, espeak):
     """8 dev sentences at two seeds: the second passes both DNSMOS gates (OVRL and P808) against the first at the
