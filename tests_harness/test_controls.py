@@ -104,7 +104,7 @@ def collected(request, files) -> dict:
     out = {}
     for line in done.stdout.splitlines():
         if line.startswith("MARKS "):
-            nodeid, _, marks = line[6:].partition(" ")
+            nodeid, _, marks = line[6:].rpartition(" ")  # a parameter id may hold spaces; mark names do not
             out[nodeid] = set(marks.split(",")) - {""}
     assert out, done.stdout[-2000:] + done.stderr[-2000:]
     return out

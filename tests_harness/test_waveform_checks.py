@@ -63,6 +63,8 @@ def test_parity_comparison_bites_on_one_item(model, mutation):
         assert any(p.startswith("waveform[0]:") for p in problems), problems
 
 
+@pytest.mark.slow  # beyond the default run's budget: .ci/run's controls stage runs it on every change
+@pytest.mark.control
 @pytest.mark.parametrize("mutation", MUTATIONS)
 def test_parity_comparison_bites_on_the_middle_chunk_of_a_long_text(model, mutation):
     problems = parity_problems(model, mutation, "long_chunked", call=1)
