@@ -27,6 +27,8 @@ def test_same_recipe_same_weights(tmp_path):
     assert da == db, [k for k in da if da[k] != db.get(k)]
 
 
+@pytest.mark.slow  # beyond the default run's budget: .ci/run's controls stage runs it on every change
+@pytest.mark.control
 def test_other_seed_other_weights(tmp_path, monkeypatch):
     stock = ckpt.build_checkpoint("tiny")
     recipes = ckpt.load_recipes()

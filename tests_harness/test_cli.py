@@ -82,7 +82,8 @@ def test_the_command_line_lists_every_verb_with_one_line_each(capsys):
     assert main(["no-such-verb"]) == 2 and "unknown verb 'no-such-verb'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", [pytest.param(["fastpath-suite", "fingerprints"], id="fastpath-suite"),
+@pytest.mark.parametrize("command", [pytest.param(["fastpath-suite", "fingerprints"], id="fastpath-suite",
+                                                  marks=[pytest.mark.slow, pytest.mark.control]),
                                      pytest.param(["fastpath", "fingerprints"], id="fastpath",  # .ci/run's controls stage
                                                   marks=[pytest.mark.slow, pytest.mark.control])])
 def test_a_command_that_imports_omnivoice_prints_no_third_party_warning(tmp_path, command):

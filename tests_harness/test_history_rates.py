@@ -78,6 +78,8 @@ def stored_figures() -> dict:
     return json.loads(path.read_text())["figures"]
 
 
+@pytest.mark.slow  # beyond the default run's budget: .ci/run's controls stage runs it on every change
+@pytest.mark.control
 def test_clean_recorded_nights_rarely_alarm(recorded):
     """Known equivalent: bootstrapped clean nights of the recorded noise (a small, seeded rerun of `history rates`)
     raise about the false alarms docs/results.md reports, and at most the goal's 1 per 100 nights plus the
@@ -87,6 +89,8 @@ def test_clean_recorded_nights_rarely_alarm(recorded):
     assert clean["false_alarms_per_100"] <= max(stored, 1.0) + 1.0, (clean, stored)
 
 
+@pytest.mark.slow  # beyond the default run's budget: .ci/run's controls stage runs it on every change
+@pytest.mark.control
 def test_a_step_on_recorded_nights_is_caught(recorded):
     """Known worse: a 15% step on one point of the recorded noise is caught on its first night about as often as
     docs/results.md reports (16% there; 160 histories give a standard error of about 3 points, the bound is

@@ -119,6 +119,8 @@ def fast_sets(items, damage="none", factor=1.0):
     return ref, cand
 
 
+@pytest.mark.slow  # beyond the default run's budget: .ci/run's controls stage runs it on every change
+@pytest.mark.control
 @pytest.mark.quality
 def test_sim_passes_the_same_voices_and_refuses_a_shifted_voice(voice_judge, espeak):
     """16 dev sentences, each in its speaker's voice at two seeds: the second seed passes the SIM gate against the
@@ -264,6 +266,8 @@ class LevelJudge:
         return {"ovrl": float(np.max(np.abs(wav))), "p808": 3.0, "sig": 3.0, "bak": 3.0}
 
 
+@pytest.mark.slow  # beyond the default run's budget: .ci/run's controls stage runs it on every change
+@pytest.mark.control
 @pytest.mark.quality
 def test_compare_sets_judges_all_three_and_packs_the_voice_that_drifted(voice_judge, espeak, tmp_path):
     """The real-checkpoint tier's path: compare_sets with a judge for each metric, SIM by the real GE2E encoder
