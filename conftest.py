@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import strict
 from harness.checkpoint import ENV_CHECKPOINT, CheckpointError, find_hf_cache, load_model, resolve_checkpoint
 
 pytest_plugins = ("pytester",)  # tests of pytest plugins and hooks run pytest in this process
@@ -74,6 +75,10 @@ def pytest_addoption(parser):
                          "harness.quality.evaluate.HOLDOUT_SEEDS, 40, sized by the power rule)")
     group.addoption("--save-baseline", action="store_true",
                     help="write this run's speed samples as the baseline for this device in baselines/")
+    group.addoption(strict.OPTION, dest="strict_inputs", action="store_false", default=strict.strict_default(),
+                    help="a check whose stored input is missing (a recorded point, a baseline of a recorded key, a "
+                         "judge) is 'not judged' (a skip, listed in the summary) instead of a failure naming what "
+                         f"to record (default: strict, unless {strict.ENV}=0)")
     group.addoption("--inject-slowdown", type=_fraction, default=0.0,
                     help="make every LLM forward of the speed tier's models this much slower (e.g. 0.2), "
                          "to check that the baseline gate catches it (default: %(default)s)")
@@ -135,7 +140,23 @@ def pytest_unconfigure(config):
 
 def pytest_report_header(config):
     note = config.stash.get(_OVERRIDE_NOTE, None)
-    return [note] if note else []
+    mode = ("strict inputs: a missing stored figure fails its test" if strict.is_strict(config) else
+            f"{strict.OPTION}: a missing stored figure is 'not judged' (listed at the end)")
+    return [mode] + ([note] if note else [])
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Every test that could not judge, with what it lacks: a skip that is 'not judged' is never a quiet one."""
+    lines = []
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        if reason.startswith(strict.PREFIX):
+            lines.append(f"{report.nodeid}: {reason.removeprefix(strict.PREFIX)}")
+    if lines:
+        terminalreporter.section(f"not judged: {len(lines)} check(s) had nothing to compare with here")
+        for line in lines:
+            terminalreporter.line(line)
 
 
 def _cuda_available() -> bool:
