@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import REPO_ROOT
+from harness import REPO_ROOT, installed
 from harness.speed.changes import check_history
 from harness.speed.dashboard import page_html, summary_markdown
 from harness.speed.history import load_history
@@ -73,12 +73,12 @@ def console_errors(driver) -> list:
 @pytest.fixture(scope="module")
 def browser():
     if not (CHROMIUM and DRIVER):
-        pytest.skip(NEEDS_BROWSER)
+        installed.missing(NEEDS_BROWSER)
     try:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
     except ImportError:
-        pytest.skip(NEEDS_BROWSER)
+        installed.missing(NEEDS_BROWSER)
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
