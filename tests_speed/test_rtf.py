@@ -3,11 +3,11 @@
 A clock figure is a fact about the machine that measured it: floors (baselines/ratio_floors.json) are stored per
 hardware key (CPU model, instruction set, cores, threads: `machine.hardware_key`), baselines per device key. On a
 machine with none recorded the test measures and is not judged (harness.strict.not_judged, in either mode), the
-figure and how to record it in the reason: it neither passes nor fails on a number from another machine. A
-baseline file of this machine that lacks a measured point is a missing input (harness.strict.missing: a failure
-naming the command that records it), said only after every point it has was judged. The clock-free gate of the default run is the work counters
-(tests_speed/test_work_counters.py). The tiny checkpoint is not timed here: its ratios measure per-call overhead
-(0.94x on an AVX2 machine, 1.30x on an AVX-512 one, same code), not the patches.
+figure and how to record it in the reason: it neither passes nor fails on a number from another machine. A baseline
+file of this machine that lacks a measured point is a missing input (harness.strict.missing: a failure naming the
+command that records it), said only after every point it has was judged. The clock-free gate of the default run is
+the work counters (tests_speed/test_work_counters.py). The tiny checkpoint is not timed here: its ratios measure
+per-call overhead (0.94x on an AVX2 machine, 1.30x on an AVX-512 one, same code), not the patches.
 
 Stock and the lossless stack are timed interleaved (A B A B ...) after one warm-up call each; the warm-up is
 reported as first-call latency and kept out of the RTF samples. pytest-benchmark records each measurement with
@@ -100,7 +100,7 @@ def test_lossless_stack_beats_stock_and_the_public_package(peer_variants, full_c
                 for other in floors}
 
     ratios = attempt(1)
-    recorded = {o: f for o, f in floors.items() if f is not None}  # judged first: a floor missing changes nothing
+    recorded = {o: f for o, f in floors.items() if f is not None}  # judged before a missing one is said
     if any(ratios[o][0] < recorded[o] for o in recorded):  # measured once more before failing
         ratios = attempt(2)
     low = {o: f"{ratios[o][0]:.3f}x (floor {recorded[o]})" for o in recorded if ratios[o][0] < recorded[o]}

@@ -15,6 +15,9 @@ With few samples the test cannot reach alpha at all: the smallest one-sided p fo
 (every new sample slower than every base sample), e.g. 1/252 ~ 0.004 for 5 against 5. Such comparisons raise
 InsufficientSamplesError instead of passing by construction.
 
+The speed tests' gate against this machine's stored baseline is `gate_on_baseline`: every measured point the file
+has is judged (`judge_points`) before a point it lacks is reported, so a regression fails whatever else is missing.
+
 CLI::
 
     fastpath-suite compare BASE.json NEW.json [--out DIR] [--max-slowdown 0.10] [--alpha 0.002]
