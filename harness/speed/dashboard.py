@@ -47,7 +47,7 @@ def event_line(report: PointReport, event) -> str:
     if event.rule == "exact":
         what = "; ".join(event.detail[:6]) + (f"; and {len(event.detail) - 6} more" if len(event.detail) > 6 else "")
         how = {"slower": "more work", "faster": "less work", "changed": "a changed mix of work (more of some, less "
-               "of other)"}[event.kind]
+               "of others)"}[event.kind]
         return f"{how} since {began_text(report, event)}: {what}"
     if event.rule == "accepted":
         return f"{event.change * 100:+.1f}% at {began_text(report, event)}, accepted before any alarm"
@@ -112,7 +112,7 @@ def summary_markdown(history, reports: list) -> str:
     """The workflow's step summary: alarms first, then one row per point, then the changes found before."""
     nights = history.nights
     alarms = [(r, e) for r in reports for e in r.trace.open]
-    over = [r for r in reports if r.over_limit]
+    too_long = [r for r in reports if r.over_limit]
     lines = [f"## Speed history ({signal(reports[0].metric) if reports else 'empty'}): {history.device_key}", "",
              f"{len(nights)} nights, {nights[0].date[:10]} to {nights[-1].date[:10]}; tonight: commit "
              f"{short(nights[-1].commit)}. Rule: docs/history.md. {budget_text(reports)}", ""]
@@ -127,9 +127,9 @@ def summary_markdown(history, reports: list) -> str:
         lines.append("")
     else:
         lines += ["### No slowdown open", ""]
-    if over:
-        lines += [f"### Not judged for {max(r.not_judged_streak for r in over)} nights in a row: this night fails", "",
-                  f"- {over_limit_text(history.path, over)}.", ""]
+    if too_long:
+        lines += [f"### Not judged for {max(r.not_judged_streak for r in too_long)} nights in a row: this night fails",
+                  "", f"- {over_limit_text(history.path, too_long)}.", ""]
     lines += [judged_by([(history, reports)]), ""]
     lines += ["| point | tonight (median) | level | tonight over the level | night-to-night noise | tonight over "
               "last night | status |", "|---|---|---|---|---|---|---|"]
@@ -255,8 +255,8 @@ def page_html(sections: list) -> str:
     machine = latest.machine
     versions = machine.get("versions") or {}
     alarms = [(h, r, e) for h, reports in sections for r in reports for e in r.trace.open]
-    over = [(h, [r for r in reports if r.over_limit]) for h, reports in sections]
-    over = [(h, rs) for h, rs in over if rs]
+    too_long = [(h, [r for r in reports if r.over_limit]) for h, reports in sections]
+    too_long = [(h, rs) for h, rs in too_long if rs]
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            "<title>Speed history</title>", f"<style>{STYLE}</style></head><body>",
            f"<h1>Speed history</h1><p>Tonight: {esc(latest.date[:10])}, commit <code>{esc(short(latest.commit))}</code>. "
@@ -268,7 +268,7 @@ def page_html(sections: list) -> str:
                        f"<code>{esc(accept_command(h.path, r, e))}</code></div>")
     else:
         out.append('<div class="ok">No slowdown open.</div>')
-    for h, reports in over:
+    for h, reports in too_long:
         out.append(f'<div class="alarm not-judged" data-signal="{esc(signal(reports[0].metric))}">'
                    f"{esc(over_limit_text(h.path, reports))}.</div>")
     out.append("</div>")
