@@ -93,8 +93,8 @@ def test_clean_recorded_nights_rarely_alarm(recorded):
 @pytest.mark.control
 def test_a_step_on_recorded_nights_is_caught(recorded):
     """Known worse: a 15% step on one point of the recorded noise is caught on its first night about as often as
-    docs/results.md reports (16% there; 160 histories give a standard error of about 3 points, the bound is
-    8 below), and a rule that lost its one-night step would fall far under it."""
+    docs/results.md reports (160 histories give a standard error of about 3 points; the bound is 8 below), and a
+    rule that lost its one-night step would fall far under it."""
     stored = stored_figures()
     expected = stored["steps"]["0.15"]["first_night"]
     step = injected(np.random.default_rng(6), recorded, changes.Rule(points=len(recorded.points)), 9, 160, step=0.15)
