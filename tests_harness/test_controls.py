@@ -195,12 +195,14 @@ def test_a_listed_control_that_skips_where_it_runs_fails_the_run(early):
     strict_run, lenient = early
     out = strict_run.stdout + strict_run.stderr
     assert strict_run.returncode == 1, out[-3000:]
-    assert "FAILED tests_speed/test_compare.py::test_cli_exits_0_on_a_clean_rerun" in out, out[-3000:]
+    assert any(line.startswith(("FAILED ", "ERROR ")) and "test_compare.py::test_cli_exits_0_on_a_clean_rerun" in line
+               for line in out.splitlines()), out[-3000:]  # skipped at setup: an error of its setup
     assert "a control listed in docs/controls.md (speed (compare rule): equivalent, runs default) skipped where it " \
            "runs: planted: its input is missing" in out, out[-3000:]
-    assert "SKIPPED [1] tests_speed/test_compare.py" in out and "planted: a test no row lists" in out, out[-3000:]
+    assert any(line.startswith("SKIPPED") and line.endswith(": planted: a test no row lists")
+               for line in out.splitlines()), out[-3000:]
     assert "not judged: planted: no baseline recorded for this machine yet" in out, out[-3000:]
-    assert "1 failed" in out and "2 skipped" in out, out[-3000:]
+    assert ("1 failed" in out or "1 error" in out) and "2 skipped" in out, out[-3000:]
     text = lenient.stdout + lenient.stderr
     assert lenient.returncode == 0 and "3 skipped" in text, text[-3000:]
 
