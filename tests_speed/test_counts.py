@@ -230,7 +230,7 @@ def test_the_key_names_no_vendor_and_old_keys_migrate(tmp_path):
 def test_the_stored_counts_are_consistent():
     """baselines/instructions.json: every key in today's form, with both variants' counts of every counting point,
     each stack-to-stock ratio, and a margin for each from the spread of runs on more than one machine kind; the
-    results page's table shows these figures."""
+    results page's table shows these figures, and every run they were recorded from passes the check."""
     from harness import results
     from harness.speed import calls
 
@@ -250,7 +250,10 @@ def test_the_stored_counts_are_consistent():
     shown = [results.load(path)["figures"] for path in sorted((results.RESULTS_DIR / "instructions-margins")
                                                                 .glob("*.json"))]
     assert {fig["key"] for fig in shown} == set(stored["keys"]), "results/instructions-margins/ and the stored keys"
-    for fig in shown:
+    for fig in shown:  # every run the margins were recorded from passes the check
+        for run in instructions.load_runs([instructions.REPO_ROOT / name for name in fig["files"]]):
+            verdict = instructions.check(run, stored)
+            assert (verdict.more, verdict.less, verdict.missing) == ([], [], []), (run["source"], verdict)
         for table, value in (("counts", "count"), ("ratios", "ratio")):
             for name, found in fig[table].items():
                 entry = stored["keys"][fig["key"]][table][name]

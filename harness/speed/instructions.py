@@ -140,8 +140,14 @@ def _counted():
 
 
 def child(spec_path: Path) -> int:
-    """Under valgrind: warm every (point, variant) up, switch instrumentation on, count each once, in order; write
-    the order and what the counts depend on to spec["out"]."""
+    """Under valgrind: warm every (point, variant) of spec["points"] x spec["variants"] up, switch instrumentation
+    on, then make each call once, in that order, counting those named in spec["counted"] and stopping after the
+    last of them; write the order counted and what the counts depend on to spec["out"].
+
+    spec["points"] is every counting point of one checkpoint size, whatever was asked: a call's count moves by up to
+    a tenth of a percent with the calls made before it in the process (the heap they leave), so a counted call is
+    always preceded by the same warm-ups and calls, and counting two points gives the counts a run of all of them
+    gives (docs/history.md)."""
     import torch
 
     from harness.checkpoint import build_checkpoint, load_model
@@ -158,6 +164,8 @@ def child(spec_path: Path) -> int:
     runs = [(f"{p.name}/{v}", calls.make_call(models[p.size], p, v, prompts[p.size]),
              calls.make_call(models[p.size], p, v, prompts[p.size], warmup=True))
             for p in points for v in spec["variants"]]
+    counted = set(spec["counted"])
+    last = max(i for i, (name, _, _) in enumerate(runs) if name in counted)
 
     def say(text):
         if not spec.get("quiet"):
@@ -169,13 +177,17 @@ def child(spec_path: Path) -> int:
         say(f"warm-up {i}/{len(runs)}: {name} ({time.perf_counter() - start:.0f} s)")
     subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], check=True, capture_output=True)
     window, order, took = _counted(), [], []
-    for i, (name, call, _) in enumerate(runs, 1):
+    for i, (name, call, _) in enumerate(runs[:last + 1], 1):
         begun = time.perf_counter()
+        if name not in counted:
+            call(calls.nothing)  # made, not counted: the calls after it see the same process as in a whole run
+            say(f"made {i}/{last + 1}: {name}, not counted ({time.perf_counter() - begun:.0f} s)")
+            continue
         call(window)
         order.append(name)
         took.append(time.perf_counter() - begun)
-        left = (len(runs) - i) * sum(took) / len(took)
-        say(f"counted {i}/{len(runs)}: {name} ({took[-1]:.0f} s; about {left / 60:.0f} min left)")
+        left = (len(counted) - len(order)) * sum(took) / len(took)
+        say(f"counted {len(order)}/{len(counted)}: {name} ({took[-1]:.0f} s; about {left / 60:.0f} min left)")
     Path(spec["out"]).write_text(json.dumps({"order": order, "capability": torch.backends.cpu.get_cpu_capability(),
                                              "versions": versions(), "seconds": took}))
     return 0
@@ -216,8 +228,10 @@ def count(points: list, variants: list, keep: Path | None = None, quiet: bool = 
         for old in folder.glob("callgrind.out*"):
             old.unlink()
         spec = folder / "spec.json"
-        spec.write_text(json.dumps({"points": names, "variants": variants, "out": str(folder / "order.json"),
-                                    "label": size, "quiet": quiet}))
+        spec.write_text(json.dumps({"points": [p.name for p in calls.load_points() if p.size == size],
+                                    "variants": list(calls.VARIANTS),
+                                    "counted": [f"{name}/{v}" for name in names for v in variants],
+                                    "out": str(folder / "order.json"), "label": size, "quiet": quiet}))
         command = [*VALGRIND, f"--callgrind-out-file={folder / 'callgrind.out'}", sys.executable, "-m",
                    "harness.speed.instructions", "--child", str(spec)]
         children[size] = (folder, command, subprocess.Popen(command, env=env, cwd=REPO_ROOT,
@@ -346,19 +360,21 @@ def spread(by_kind: dict) -> dict:
 
     value: the median of the kinds' medians (a kind with many runs does not outvote the others). sd: the standard
     deviation of log(value) within a kind, pooled over the kinds with 2 runs or more (None when there is none).
-    offset: the largest |kind's median / value - 1|. margin: max(MARGIN_FLOOR, MARGIN_SPREADS x max(sd, offset)),
-    rounded up to 0.001%; None when no spread was measured (no kind with 2 runs)."""
+    offset: the largest |kind's median / value - 1|. widest: the largest |run / value - 1|. margin:
+    max(MARGIN_FLOOR, MARGIN_SPREADS x max(sd, offset)), rounded up to 0.001%; None when no spread was measured (no
+    kind with 2 runs)."""
     medians = {kind: statistics.median(values) for kind, values in by_kind.items()}
     value = statistics.median(medians.values())
     pooled = [(len(v) - 1, statistics.variance([math.log(x) for x in v])) for v in by_kind.values() if len(v) > 1]
     dof = sum(d for d, _ in pooled)
     sd = math.sqrt(sum(d * var for d, var in pooled) / dof) if dof else None
     offset = max(abs(m / value - 1) for m in medians.values())
+    widest = max(abs(x / value - 1) for v in by_kind.values() for x in v)
     margin = None if sd is None else max(MARGIN_FLOOR, math.ceil(MARGIN_SPREADS * max(sd, offset) * 1e5) / 1e5)
     machines = {kind: {"runs": len(v), "median": medians[kind],
                        "sd": statistics.stdev([math.log(x) for x in v]) if len(v) > 1 else None,
                        "range": (max(v) - min(v)) / medians[kind]} for kind, v in by_kind.items()}
-    return {"value": value, "sd": sd, "offset": offset, "margin": margin, "machines": machines}
+    return {"value": value, "sd": sd, "offset": offset, "widest": widest, "margin": margin, "machines": machines}
 
 
 def check_stored(stored: object, where: str) -> dict:
@@ -534,7 +550,7 @@ def record(runs: list, path: Path = BASELINE, accept_more_work: bool = False) ->
                             f"margin {old['margin']:.3%})")
             entries[table][name] = {field_name: value, "runs": runs_of, "margin": margin, "margin_from": derived}
             figures[table][name] = {"value": value, "margin": margin, "sd": found["sd"], "offset": found["offset"],
-                                    "machines": found["machines"],
+                                    "widest": found["widest"], "machines": found["machines"],
                                     "stored_before": old.get(field_name) if old_ok else None}
     if more and not accept_more_work:
         raise MoreWorkRefused("\n".join(f"MORE WORK: {line}" for line in more) + f"\nnot stored: these are more work "
@@ -644,7 +660,7 @@ def main(argv=None) -> int:
                 print(f"MORE WORK, accepted: {line}")
             print(f"stored: {args.record} ({figures['key']}: {len(figures['counts'])} counts, "
                   f"{len(figures['ratios'])} ratios, from {len(runs)} run(s))")
-            results.write_if_asked(args, "instructions-margins", figures)
+            results.write_if_asked(args, "instructions-margins", figures | {"files": [str(p) for p in args.runs or ()]})
         if args.check:
             return report(runs, load_stored(args.check), how_to_record(args, points), args.strict_inputs)
     except (InstructionsError, KeyError, ValueError, OSError) as err:
@@ -734,12 +750,13 @@ def render_margins(figures: dict) -> str:
              f"{len(figures['sources'])} runs on {len(kinds)} machine kinds. Each figure is the median of the kinds' "
              f"medians; its margin is max({rule_['floor']:.1%}, {rule_['spreads']} x max(sd, offset)): sd is the "
              f"within-kind standard deviation of the log count, pooled over the kinds with two runs or more, "
-             f"offset the farthest kind's median from the figure. A cell: runs, median against the stored figure, "
-             f"sd, range (max - min).", "",
-             "| figure | stored | sd (pooled) | farthest kind | margin | " + " | ".join(
+             f"offset the farthest kind's median from the figure; widest run: the farthest single run from it (no "
+             f"recorded run fails the check while it is below the margin). A cell: runs, median against the stored "
+             f"figure, sd, range (max - min).", "",
+             "| figure | stored | sd (pooled) | farthest kind | widest run | margin | " + " | ".join(
                  f"{kind}{' (reported: ' + about['reported'] + ')' if about.get('reported') else ''}"
                  for kind, about in kinds.items()) + " |",
-             "|---|---:|---:|---:|---:|" + "---|" * len(kinds)]
+             "|---|---:|---:|---:|---:|---:|" + "---|" * len(kinds)]
 
     def cell(found, machine):
         if machine is None:
@@ -753,7 +770,8 @@ def render_margins(figures: dict) -> str:
         for name, found in figures[table].items():
             value = f"{found['value']:,}" if table == "counts" else f"{found['value']:.5f}"
             sd = "n/a" if found["sd"] is None else f"{found['sd']:.4%}"
-            lines.append(f"| {label.format(name)} | {value} | {sd} | {found['offset']:.4%} | {found['margin']:.3%} | "
+            lines.append(f"| {label.format(name)} | {value} | {sd} | {found['offset']:.4%} | {found['widest']:.4%} | "
+                         f"{found['margin']:.3%} | "
                          + " | ".join(cell(found, found["machines"].get(kind)) for kind in kinds) + " |")
     return "\n".join(lines)
 
