@@ -204,6 +204,36 @@ def test_a_margin_is_derived_from_the_spread_of_its_runs(tmp_path):
         instructions.record([run("one", 1_000_000, 6), run("one", 1_000_000, 7)], tmp_path / "other.json")
 
 
+def test_a_count_is_made_in_the_context_of_a_whole_run(tmp_path, monkeypatch):
+    """Counting one call alone hands the valgrind child every counting point of its size (stock, then the stack, in
+    the points' order) to warm up and make in turn, and names the one to count: the calls before a counted call are
+    those of a whole run, whatever was asked."""
+    from harness.speed import calls
+
+    started = []
+
+    class Child:
+        returncode = 1
+
+        def __init__(self, command, **kwargs):
+            started.append(command)
+
+        def wait(self):
+            return 1
+
+        def kill(self):
+            pass
+
+    monkeypatch.setattr(instructions, "valgrind_version", lambda: "3.19.0")
+    monkeypatch.setattr(instructions.subprocess, "Popen", Child)
+    with pytest.raises(instructions.InstructionsError, match="exited 1"):
+        instructions.count(["clone3-short-2"], ["lossless"], keep=tmp_path, quiet=True)
+    spec = json.loads((tmp_path / "tiny" / "spec.json").read_text())
+    assert spec["points"] == [p.name for p in calls.load_points() if p.size == "tiny"]
+    assert spec["variants"] == ["stock", "lossless"] and spec["counted"] == ["clone3-short-2/lossless"], spec
+    assert started and started[0][-1] == str(tmp_path / "tiny" / "spec.json")
+
+
 def test_the_key_names_no_vendor_and_old_keys_migrate(tmp_path):
     """Intel's count of auto-short-2 fell within the AMD machines' spread (docs/history.md), so the key no longer
     splits by vendor; keys written with the vendor read as today's, in run files and in a history."""
