@@ -125,12 +125,16 @@ def pytest_configure(config):
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     config.stash[_OVERRIDE_NOTE] = no_blanket_override()
+    # the run's mode for missing inputs, for helpers called without the config and for child processes
+    _ENV_BEFORE.setdefault(strict.ENV, os.environ.get(strict.ENV))
+    os.environ[strict.ENV] = "1" if config.getoption("strict_inputs") else "0"
     import torch
 
     # MKL's first explicit thread setting changes its GEMM bits under the AVX2 kernels (measured: stock's logits
     # differ by up to 1.5e-7 before and after torch.set_num_threads(torch.get_num_threads()) with
-    # MKL_ENABLE_INSTRUCTIONS=AVX2). restore_globals calls it after every test, so the first test would run in
-    # another state than the rest: set it once here, before any test computes anything.
+    # MKL_ENABLE_INSTRUCTIONS=AVX2). A test that sets the thread count (and puts it back: the shared-state guard
+    # checks) would leave every later test in another state than the tests before it: set it once here, before
+    # any test computes anything.
     torch.set_num_threads(torch.get_num_threads())
 
 
@@ -171,26 +175,57 @@ def _mps_available() -> bool:
     return bool(getattr(torch.backends, "mps", None)) and torch.backends.mps.is_available()
 
 
+_LEFT_OUT = pytest.StashKey[str]()  # why this run's selection leaves a test out (a skip that is not the test's)
+_CONTROLS = pytest.StashKey[list]()
+
+
 def pytest_collection_modifyitems(config, items):
     markexpr = config.getoption("markexpr") or ""
     run_slow = config.getoption("slow") or "slow" in markexpr
     has_real = bool(config.getoption("checkpoint")) or find_hf_cache() is not None
     cuda = mps = None
+
+    def leave_out(item, reason):
+        item.add_marker(pytest.mark.skip(reason=reason))
+        item.stash[_LEFT_OUT] = reason
+
     for item in items:
         if "slow" in item.keywords and not run_slow:
-            item.add_marker(pytest.mark.skip(reason="slow (full-size model, long measurement, or beyond the default run's time budget): run with --slow or -m slow"))
+            leave_out(item, "slow (full-size model, long measurement, or beyond the default run's time budget): run "
+                            "with --slow or -m slow")
         if "cuda" in item.keywords:
             cuda = _cuda_available() if cuda is None else cuda
             if not cuda:
-                item.add_marker(pytest.mark.skip(
-                    reason="needs CUDA: torch.cuda.is_available() is False here; run `pytest -m cuda` on a GPU "
-                           "runner with a CUDA build of torch (docs/gpu.md)"))
+                leave_out(item, "needs CUDA: torch.cuda.is_available() is False here; run `pytest -m cuda` on a GPU "
+                                "runner with a CUDA build of torch (docs/gpu.md)")
         if "mps" in item.keywords:
             mps = _mps_available() if mps is None else mps
             if not mps:
-                item.add_marker(pytest.mark.skip(reason="needs an Apple MPS device (torch.backends.mps.is_available() is False)"))
+                leave_out(item, "needs an Apple MPS device (torch.backends.mps.is_available() is False)")
         if "real_weights" in item.keywords and not has_real:
-            item.add_marker(pytest.mark.skip(reason=HOW_TO_REAL))
+            leave_out(item, HOW_TO_REAL)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A control listed in docs/controls.md that skips where it runs fails (strict mode; harness.controls)."""
+    from harness import controls
+
+    outcome = yield
+    report = outcome.get_result()
+    if not report.skipped or not strict.is_strict(item.config) or hasattr(report, "wasxfail"):
+        return
+    rows = item.config.stash.get(_CONTROLS, None)
+    if rows is None:
+        rows = item.config.stash[_CONTROLS] = controls.table()
+    row = controls.row_of(item.nodeid, rows)
+    if row is None:
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    reason = reason.removeprefix("Skipped: ")
+    why = controls.skip_is_a_failure(row, reason, _LEFT_OUT in item.stash or reason == HOW_TO_REAL)
+    if why:
+        report.outcome, report.longrepr = "failed", why
 
 
 # --- tests that start their fresh interpreter when collection ends ---------------------------------------------
@@ -205,6 +240,8 @@ def pytest_collection_finish(session):
     import concurrent.futures
     import tempfile
 
+    if session.items and not session.config.option.collectonly:
+        shared_state_record(session.config)  # before any test can apply a patch
     if session.config.option.collectonly or hasattr(session.config, "workerinput"):
         return  # an xdist worker collects every test, runs only some: the test then starts its work itself
     items = [item for item in session.items
@@ -238,9 +275,11 @@ _CONDITIONS = pytest.StashKey[dict]()
 
 
 def pytest_sessionstart(session):
+    from harness import shared_state
     from harness.speed import conditions
 
     session.config.stash[_CONDITIONS] = conditions.start()
+    session.config.stash[_FLAGS] = shared_state.read_settings()
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):
@@ -298,23 +337,62 @@ def models():
     torch.cuda.empty_cache()
 
 
+_FLAGS = pytest.StashKey[dict]()
+_RECORD = pytest.StashKey()
+
+
+def shared_state_record(config):
+    """The session's record of what a patch must never change (harness.shared_state): taken once, when collection
+    ends and before any test runs, from the built tiny test checkpoint (the same classes as any OmniVoice
+    checkpoint; importing omnivoice here when no test module did), with torch's settings as they were when the
+    session started."""
+    from harness import shared_state
+    from harness.checkpoint import build_checkpoint
+
+    record = config.stash.get(_RECORD, None)
+    if record is None:
+        probe = load_model(build_checkpoint("tiny"))
+        record = shared_state.take(probe)
+        del probe
+        record.flags = dict(config.stash[_FLAGS])
+        config.stash[_RECORD] = record
+    return record
+
+
+@pytest.fixture
+def torch_settings():
+    """For a test that changes torch's process-wide settings on purpose: they are put back after it, before the
+    shared-state guard looks. Gives the settings as they were."""
+    from harness import shared_state
+
+    before = shared_state.read_settings()
+    yield before
+    shared_state.restore_settings(before, shared_state.read_settings())
+
+
+@pytest.fixture
+def pristine(request):
+    """The session's record of shared state (harness.shared_state.Record), taken before any test applied a patch:
+    what the shared state must be, whatever earlier tests did."""
+    return shared_state_record(request.config)
+
+
 @pytest.fixture(autouse=True)
-def restore_globals():
-    """Every global a test may change (threads, RNG, TF32, cudnn, determinism) is put back afterwards."""
+def shared_state_guard(request):
+    """After every test: a test that left shared state changed (an upstream class or module global rebound, a
+    fastpath object in an upstream namespace, a torch setting) fails, naming each attribute; what it changed is put
+    back, so the next test starts from the record. The RNG, which tests seed at will, is put back silently."""
     import torch
 
-    threads = torch.get_num_threads()
+    from harness import shared_state
+
+    record = shared_state_record(request.config)
     rng = torch.random.get_rng_state()
-    det = torch.are_deterministic_algorithms_enabled()
-    matmul_tf32 = torch.backends.cuda.matmul.allow_tf32
-    cudnn = (torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)
-    precision = torch.get_float32_matmul_precision()
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-        torch.random.set_rng_state(rng)
-        torch.use_deterministic_algorithms(det)
-        torch.backends.cuda.matmul.allow_tf32 = matmul_tf32
-        torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = cudnn
-        torch.set_float32_matmul_precision(precision)
+    yield
+    torch.random.set_rng_state(rng)
+    current = shared_state.now(record)
+    problems = shared_state.changed(record, current) + shared_state.foreign(record)
+    shared_state.restore(record, current)
+    if problems:
+        pytest.fail("this test left shared state changed (a patch touches its model instance only; a test puts back "
+                    "every global it changes), now put back:\n  " + "\n  ".join(problems), pytrace=False)

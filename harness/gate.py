@@ -16,17 +16,18 @@ Checks, in order, each with a status: pass, changed-as-expected, changed, fail o
 | fingerprints | AST fingerprint of every upstream name a patch relies on, vs the `--against` version's source; and of every function of the package, each changed one marked by the behaviour grid's call trace (on the generation path; relied on by patches, directly or transitively); a unified diff per changed one in OUT/fingerprints/ | a relied-on name changed to a fingerprint not recorded as known to work in fastpath/fingerprints.json ("changed": review the diff, and record it only once parity passes); other changed functions are reported, and the behaviour check decides |
 | behaviour | stock generation over harness.behaviour.GRID (every mode and sampler branch; per-step logits, scores, predicted tokens, unmasking order, final tokens, target lengths, waveform), recorded in both versions' environments in this job and compared bit for bit | any difference not accepted by name (`--accept SETTING=REASON`, recorded in the verdict) |
 | goldens | stock output on the tiny checkpoint vs fixtures/goldens/<version>.json, per operating point | never: the record for versions that can no longer be installed |
-| parity | the parity tier (pytest tests_parity) run in the candidate's env, the candidate's fingerprints accepted as under review (FASTPATH_REVIEWED_UPSTREAM; never the blanket override, which would flip tests that assert a refusal), and in the --against env to compare skips | any test fails or errors, or a test that passes on the --against version skips on the candidate (named) |
+| parity | the parity tier (pytest tests_parity) run in the candidate's env, the candidate's fingerprints accepted as under review (FASTPATH_REVIEWED_UPSTREAM; never the blanket override, which would flip tests that assert a refusal), and in the --against env to compare skips | any test fails or errors, or a test that passes on the --against version skips on the candidate (named); skips are compared only with a healthy --against run (exit 0, a test passed), else the check is "error" (ERROR, its log named) |
 | work | exact work counters (FLOPs, LLM calls and positions, head rows, ...) of stock and of the lossless stack on the tiny checkpoint, in both environments, same job | the stack's share of stock's work (stack / stock, per counter) grows by more than WORK_SLACK; where stock does none of a work, the stack does more of it than before or than stock (work_lost) |
 | rtf | optional interleaved RTF on tiny (`--rtf-rounds N`) | never (noisy, informational) |
-| quality | tests_quality's real-weights tier, when a real checkpoint is given | a test fails |
+| quality | tests_quality's real-weights tier, when a real checkpoint is given (--checkpoint, FASTPATH_CHECKPOINT or the Hugging Face cache) | a test fails. With a real checkpoint the verdict needs it (Check.required): a run that raised or timed out is ERROR, one whose every test skipped INCOMPLETE (the first skip's reason named); without one it is skipped and changes nothing |
 
 Exit status: 0 the bump may ship, 1 it must not, 2 the gate could not run (a bad candidate name or path, no index;
 COULD NOT RUN: the candidate does not install or import, pip's or the import's message in the install row; ERROR: a
-blocking check raised or timed out, the reason in its row), 3 INCOMPLETE: a blocking check (fingerprints,
-behaviour, parity, work) was skipped, run on a part (--parity-k) or left out (--checks), so there is no verdict.
-An informational check (goldens, rtf, quality without a finding) that could not run is reported as "error" and
-changes nothing. The verdict is read from the checks' fields (Check.status, .blocks, .complete), never from their
+needed check raised or timed out, or the parity check's --against run was broken, the reason in its row), 3
+INCOMPLETE: a needed check (fingerprints, behaviour, parity, work; quality when it runs on a real checkpoint) was
+skipped, run on a part (--parity-k) or left out (--checks), so there is no verdict. An informational check
+(goldens, rtf, quality without a real checkpoint) that could not run is reported as "error" and changes nothing.
+The verdict is read from the checks' fields (Check.status, .blocks, .complete, .required), never from their
 summaries.
 Writes OUT/verdict.json, OUT/verdict.md and each step's log; with `--results DIR` also a "gate" results file
 (the verdict and one row per check: render_results). Progress (each environment prepared, each check started and
@@ -77,6 +78,7 @@ class Check:
     summary: str
     details: list = field(default_factory=list)
     complete: bool = True  # False: the check ran on a part of what it covers (parity with --parity-k)
+    required: bool = False  # True: no verdict without it run whole, as the BLOCKING ones (quality on real weights)
 
     def __post_init__(self):
         if self.status not in STATUSES:
@@ -153,13 +155,31 @@ def rule_behaviour(differences: dict, accepted: dict, settings: int, versions: t
                  f"{', '.join(refused[:6])}{' ...' if len(refused) > 6 else ''}", details)
 
 
+def tally(result: dict) -> str:
+    """'N passed, N failed, N errors, N skipped' of a pytest run (parse_junit)."""
+    return (f"{result['passed']} passed, {len(result['failed'])} failed, {len(result['errors'])} errors, "
+            f"{len(result['skipped'])} skipped")
+
+
+def unhealthy(result: dict) -> str | None:
+    """Why a pytest run (parse_junit) cannot be compared with, or None. A comparison run must exit 0 with at least
+    one test passed: a run that crashed, was interrupted (its junit file may hold the passes of a part), failed
+    or skipped everything says nothing about which tests run on that version."""
+    if result["failed"] or result["errors"] or result["returncode"] != 0:
+        return f"pytest exit {result['returncode']}, {tally(result)}"
+    if result["passed"] == 0:
+        return f"no test passed ({tally(result)})"
+    return None
+
+
 def rule_parity(result: dict, against: dict | None = None) -> Check:
     """result: {'returncode', 'passed', 'passed_tests': [test], 'failed': [(test, message)], 'errors': [...],
-    'skipped': [...]}, of the candidate; against: the same of the --against version, whose passing tests must not
-    skip on the candidate (a release that drops what a test needs turns the test into a skip, not a failure)."""
+    'skipped': [...]}, of the candidate; against: the same of the --against version (with 'version' and 'log'),
+    whose passing tests must not skip on the candidate (a release that drops what a test needs turns the test into
+    a skip, not a failure). The --against run must be healthy (`unhealthy`) before any skip is compared: when it is
+    not, a candidate that runs clean gets status error (no verdict), never pass."""
     bad = result["failed"] + result["errors"]
-    counts = (f"{result['passed']} passed, {len(result['failed'])} failed, {len(result['errors'])} errors, "
-              f"{len(result['skipped'])} skipped")
+    counts = tally(result)
     ran_before = set(against.get("passed_tests", ())) if against else set()
     newly = [(test, msg) for test, msg in result["skipped"] if test in ran_before]
     details = [f"{test}: {msg}" for test, msg in bad[:20]]
@@ -170,6 +190,14 @@ def rule_parity(result: dict, against: dict | None = None) -> Check:
     if bad or result["returncode"] != 0 or result["passed"] == 0:
         why = "not bit-exact or broken" if bad else f"pytest exit {result['returncode']}"
         return Check("parity", "fail", True, f"{why}: {counts}", details)
+    broken = unhealthy(against) if against else None
+    if broken:
+        log = against.get("log", "parity-against.log")
+        return Check("parity", "error", False,
+                     f"could not compare skips: the --against run ({against.get('version', 'the --against version')}) "
+                     f"is broken: {broken}; read {log}, fix what stops it, and rerun (candidate: {counts})",
+                     [f"{test}: {msg}" for test, msg in (against["failed"] + against["errors"])[:10]]
+                     + [f"the --against run's log: {log}"])
     if newly:
         return Check("parity", "fail", True, f"{len(newly)} parity test(s) that ran on the --against version skip "
                                              f"on the candidate: {counts}", details)
@@ -240,33 +268,43 @@ def rule_rtf(candidate: list, against: list, threshold: float = 0.10) -> Check:
                  [f"candidate {[round(x, 4) for x in candidate]}", f"against {[round(x, 4) for x in against]}"])
 
 
-def rule_quality(result: dict | None, reason: str = "") -> Check:
+def rule_quality(result: dict | None, reason: str = "", required: bool = False) -> Check:
+    """result: the quality tier's pytest run (parse_junit), None when it was not run (`reason` says why); required:
+    a real checkpoint was given, so the check is one the verdict needs run whole (Check.required): a run whose every
+    test skipped is then INCOMPLETE (the first skip's reason in the summary), and one that could not run ERROR."""
     if result is None:
-        return Check("quality", "skipped", False, f"skipped: {reason}")
+        return Check("quality", "skipped", False, f"skipped: {reason}", required=required)
     bad = result["failed"] + result["errors"]
     if bad or result["returncode"] not in (0, 5):
-        return Check("quality", "fail", True, f"{len(bad)} quality tests failed", [f"{t}: {m}" for t, m in bad[:10]])
+        why = (f"{len(bad)} quality tests failed" if bad
+               else f"the quality run crashed: pytest exit {result['returncode']}")
+        return Check("quality", "fail", True, f"{why}: {tally(result)}", [f"{t}: {m}" for t, m in bad[:10]],
+                     required=required)
     if result["passed"] == 0:
         reason = result["skipped"][0][1] if result["skipped"] else "no quality test ran"
-        return Check("quality", "skipped", False, f"skipped: {reason}")
-    return Check("quality", "pass", False, f"{result['passed']} quality tests passed")
+        return Check("quality", "skipped", False, f"skipped: {reason}",
+                     [f"skipped {t}: {m}" for t, m in result["skipped"][:10]], required=required)
+    return Check("quality", "pass", False, f"{result['passed']} quality tests passed", required=required)
 
 
 def verdict(checks: list) -> dict:
-    """From the checks' fields alone (status, blocks, complete; never their summaries): COULD NOT RUN when the
-    candidate did not install or import (the install check's status is not "pass": no check ran on it, exit 2);
-    else ship only when nothing blocks and every BLOCKING check ran whole; a check left out, skipped or run on a
-    part (complete False) makes the verdict INCOMPLETE (no answer), unless something already blocks; a BLOCKING
-    check that could not run (status "error": it raised or timed out) makes it ERROR (no answer, exit 2), unless
-    something that ran already blocks. An informational check that could not run is reported and changes nothing."""
+    """From the checks' fields alone (status, blocks, complete, required; never their summaries): COULD NOT RUN
+    when the candidate did not install or import (the install check's status is not "pass": no check ran on it,
+    exit 2); else ship only when nothing blocks and every needed check ran whole: the BLOCKING ones, and any marked
+    required (the quality check when a real checkpoint was given). A needed check left out, skipped or run on a
+    part (complete False) makes the verdict INCOMPLETE (no answer), unless something already blocks; a needed check
+    that could not run (status "error": it raised, timed out, or its comparison run was broken) makes it ERROR (no
+    answer, exit 2), unless something that ran already blocks. Any other check that could not run is reported and
+    changes nothing."""
     ran = {c.name: c for c in checks}
     install = ran.get("install")
     if install is not None and install.status != "pass":
         return {"ship": False, "state": "could-not-run", "blocked_by": [], "not_run": [], "errors": ["install"],
                 "reason": install.summary.removeprefix("could not run: "), "checks": [asdict(c) for c in checks]}
     blocking = [c.name for c in checks if c.blocks]
-    errors = [n for n in BLOCKING if n in ran and ran[n].status == "error"]
-    missing = [n for n in BLOCKING if n not in ran or ran[n].status == "skipped" or not ran[n].complete]
+    needed = list(BLOCKING) + [c.name for c in checks if c.required and c.name not in BLOCKING]
+    errors = [n for n in needed if n in ran and ran[n].status == "error"]
+    missing = [n for n in needed if n not in ran or ran[n].status == "skipped" or not ran[n].complete]
     state = ("must-not-ship" if blocking else "error" if errors else "incomplete" if missing else "may-ship")
     return {"ship": state == "may-ship", "state": state, "blocked_by": blocking, "not_run": missing,
             "errors": errors, "reason": None, "checks": [asdict(c) for c in checks]}
@@ -449,7 +487,7 @@ def check_parity(env, out: Path, select: str | None = None, version: str = "cand
     if against is not None:
         base = run_pytest(against, parity_args(select), out, "parity-against", tier_environment(against,
                                                                                                  against_version))
-        base["version"] = against_version
+        base.update(version=against_version, log=str(out / "parity-against.log"))
     check = rule_parity(result, base)
     if select:
         check.complete = False
@@ -513,16 +551,25 @@ def check_rtf(env, against, rounds: int, out: Path) -> Check:
     return rule_rtf(mine, theirs)
 
 
-def check_quality(env, checkpoint: str | None, out: Path, version: str = "candidate") -> Check:
+def real_checkpoint(given: str | None) -> str | None:
+    """The real checkpoint the quality check runs on: `given` (--checkpoint), else FASTPATH_CHECKPOINT, else a
+    snapshot in the local Hugging Face cache; None when there is none."""
     from harness.checkpoint import ENV_CHECKPOINT, find_hf_cache
 
-    real = checkpoint or os.environ.get(ENV_CHECKPOINT) or (str(find_hf_cache()) if find_hf_cache() else None)
+    found = given or os.environ.get(ENV_CHECKPOINT) or find_hf_cache()
+    return str(found) if found else None
+
+
+def check_quality(env, checkpoint: str | None, out: Path, version: str = "candidate") -> Check:
+    from harness.checkpoint import ENV_CHECKPOINT
+
+    real = real_checkpoint(checkpoint)
     if not real:
         return rule_quality(None, f"no real OmniVoice checkpoint (pass --checkpoint PATH or set {ENV_CHECKPOINT}); "
                                   f"the quality tier judges real speech only")
     result = run_pytest(env, ["tests_quality", "-m", "real_weights", "--checkpoint", real], out, "quality",
                         tier_environment(env, version))
-    return rule_quality(result)
+    return rule_quality(result, required=True)
 
 
 class GateStepError(RuntimeError):
@@ -586,6 +633,8 @@ def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, r
             "rtf": lambda: check_rtf(env, against, rtf_rounds, out) if rtf_rounds else rule_rtf([], []),
             "quality": lambda: check_quality(env, checkpoint, out, versions[0]),
         }
+        # with a real checkpoint the quality check is needed for a verdict: raised or timed out, it is ERROR
+        required = {"quality"} if real_checkpoint(checkpoint) else set()
         with progress.stage("checks", total=len(checks)) as step:
             for i, name in enumerate(checks, 1):
                 t0 = time.perf_counter()
@@ -597,6 +646,7 @@ def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, r
                                                         f"{' '.join(map(str, err.cmd))}")
                 except Exception as err:  # noqa: BLE001 - a check that could not run is reported, never a finding
                     check = Check(name, "error", False, f"could not run: {type(err).__name__}: {err}")
+                check.required = check.required or name in required
                 check.details.append(f"took {time.perf_counter() - t0:.0f} s")
                 results.append(check)
                 step(f"{name} {check.status} in {time.perf_counter() - t0:.0f} s")
@@ -639,12 +689,24 @@ def headline(report: dict) -> str:
     if report["state"] == "must-not-ship":
         return f"MUST NOT SHIP (blocked by: {', '.join(report['blocked_by'])})"
     if report["state"] == "error":
-        return (f"ERROR: no verdict, blocking checks could not run: {', '.join(report['errors'])} "
+        return (f"ERROR: no verdict, checks the verdict needs could not run: {', '.join(report['errors'])} "
                 f"(the reason is in their rows; fix it and rerun)")
     if report["state"] == "incomplete":
-        return (f"INCOMPLETE: no verdict, blocking checks not run whole: {', '.join(report['not_run'])} "
-                f"(run them all: drop --checks / --parity-k)")
+        return f"INCOMPLETE: no verdict, checks the verdict needs not run whole: {not_run_reasons(report)}"
     return "MAY SHIP"
+
+
+def not_run_reasons(report: dict) -> str:
+    """Each check of report['not_run'] with why, for people: left out (--checks), skipped (its summary: the first
+    skip's reason), or run on a part (--parity-k)."""
+    rows = {c["name"]: c for c in report["checks"]}
+    said = []
+    for name in report["not_run"]:
+        row = rows.get(name)
+        said.append(f"{name} (left out: drop --checks)" if row is None
+                    else f"{name} ({row['summary']})" if row["status"] == "skipped"
+                    else f"{name} (run on a part: drop --parity-k)")
+    return ", ".join(said)
 
 
 def render_table(report: dict) -> str:

@@ -1,26 +1,18 @@
-"""What scripts/install.sh provides (Debian tools, Python packages): where it is missing a test skips on a
-developer's machine, saying how to install it, and fails in CI (CI=true, as CI sets it), where a missing one is a
-broken install that a skip would hide."""
+"""What scripts/install.sh provides (Debian tools, Python packages, the judges): a test whose tool is missing fails,
+naming how to install it (a missing one is a broken install, which a skip would hide), or with
+--no-strict-inputs (FASTPATH_STRICT=0) is not judged (harness.strict)."""
 
 from __future__ import annotations
 
 import importlib
-import os
 import shutil
 
-import pytest
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() == "true"
+from harness import strict
 
 
 def missing(reason: str):
-    """Skip with `reason`, or fail with it under CI=true."""
-    if in_ci():
-        pytest.fail(f"{reason} -- CI=true: scripts/install.sh installs it, so this is a broken install, not a skip",
-                    pytrace=False)
-    pytest.skip(reason, allow_module_level=True)
+    """strict.missing: fail naming the fix, or (not strict) skip as not judged."""
+    strict.missing(None, reason, "scripts/install.sh installs it")
 
 
 def require_module(name: str, how: str):

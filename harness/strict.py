@@ -64,22 +64,24 @@ def outcome(strict: bool, what: str, fix: str) -> tuple:
 
 # --- pytest -------------------------------------------------------------------------------------------------------
 
-def is_strict(config) -> bool:
-    """The run's mode: conftest.py's --no-strict-inputs (default: strict_default())."""
+def is_strict(config=None) -> bool:
+    """The run's mode: conftest.py's --no-strict-inputs, which it also exports as FASTPATH_STRICT for the run (and
+    its child processes); without a config, or in a pytester run without the suite's options, the environment's."""
     try:
-        return bool(config.getoption("strict_inputs"))
-    except ValueError:  # a pytester run or a plugin without the suite's options
+        return bool(config.getoption("strict_inputs")) if config is not None else strict_default()
+    except ValueError:
         return strict_default()
 
 
 def missing(config, what: str, fix: str):
-    """An input that should be there is not: fail the test (strict), else skip it as not judged. Never returns."""
+    """An input that should be there is not: fail the test (strict), else skip it as not judged (a module-level
+    call skips the module). `config` may be None: the mode is then the environment's. Never returns."""
     import pytest
 
     if is_strict(config):
         pytest.fail(f"MISSING INPUT: {message(what, fix)} (a run without it: {OPTION}, which reports the check as "
                     f"not judged)", pytrace=False)
-    pytest.skip(PREFIX + message(what, fix))
+    pytest.skip(PREFIX + message(what, fix), allow_module_level=True)
 
 
 def not_judged(what: str, fix: str):

@@ -4,7 +4,9 @@ The table's `runs` column names a run; each run is a selection that this test ev
 `default` (the default run: no slow, cuda, mps or real_weights mark), `ci` (the stage `.ci/run` runs after the
 default run, on every change: its pytest line read from .ci/run), `nightly:slow` and `nightly:speed` (the nightly
 workflow's jobs, their folders and -m expressions read from .github/workflows/nightly.yml), `gpu` (the gpu
-workflow's -m expression). A listed test that is gone, or that the run no longer reaches, fails here.
+workflow's -m expression). A listed test that is gone, or that the run no longer reaches, fails here. That a listed
+control which the run reaches does not skip there is checked as it runs (conftest.py, harness.controls): its skip
+fails the run, unless the row says its figures are recorded per machine and the skip says "not judged".
 """
 
 from __future__ import annotations
@@ -18,21 +20,15 @@ import pytest
 import yaml
 from _pytest.mark.expression import Expression
 
-from harness import REPO_ROOT
+from harness import REPO_ROOT, controls
 
-DOC = REPO_ROOT / "docs" / "controls.md"
+DOC = controls.DOC
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
 CI = REPO_ROOT / ".ci" / "run"
 NOT_DEFAULT = ("slow", "cuda", "mps", "real_weights")
 
 
-def table() -> list:
-    rows = []
-    for line in DOC.read_text().splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 5 and cells[3].startswith("`tests_"):
-            rows.append({"gate": cells[0], "kind": cells[2], "test": cells[3].strip("`"), "runs": cells[4]})
-    return rows
+table = controls.table
 
 
 def pytest_call(line: str) -> tuple:
@@ -116,7 +112,8 @@ def test_the_table_lists_a_control_of_each_kind_for_every_gate():
     kinds = {}
     for row in rows:
         assert row["kind"] in ("equivalent", "worse"), row
-        assert row["runs"] in ("default", "ci", "nightly:slow", "nightly:speed", "gpu"), row
+        assert row["run"] in controls.RUNS and row["qualifier"] in ("", controls.PER_MACHINE), row
+        assert not row["per_machine"] or row["run"] == "nightly:speed", f"only wall-time figures are per machine: {row}"
         kinds.setdefault(row["gate"].split(" (")[0], set()).add(row["kind"])
     for gate in ("version bump", "parity", "quality", "speed", "work counters", "goldens"):
         assert kinds.get(gate) == {"equivalent", "worse"}, (gate, kinds.get(gate))
@@ -131,10 +128,10 @@ def test_every_listed_control_exists_and_runs_where_the_table_says(request):
         if not params:
             wrong.append(f"{row['test']}: not collected (renamed or removed? update {DOC.name})")
             continue
-        run = runs(row["runs"])
+        run = runs(row["run"])
         if not any(run(n, marks) for n, marks in params.items()):
             marks = sorted(set().union(*params.values()))
-            wrong.append(f"{row['test']}: {row['runs']} does not run it (marks: {marks})")
+            wrong.append(f"{row['test']}: {row['run']} does not run it (marks: {marks})")
     assert not wrong, "docs/controls.md is out of date:\n  " + "\n  ".join(wrong)
 
 
@@ -146,7 +143,7 @@ def test_the_ci_stage_runs_exactly_the_tables_ci_rows(request):
     tests = collected(request, files)
     stage = runs("ci")
     selected = {n for n, marks in tests.items() if stage(n, marks)}
-    listed = {r["test"] for r in table() if r["runs"] == "ci"}
+    listed = {r["test"] for r in table() if r["run"] == "ci"}
     unlisted = sorted(n for n in selected if not any(n == t or n.startswith(t + "[") for t in listed))
     assert selected and not unlisted, f"marked `control` but not a `ci` row of {DOC.name}: {unlisted}"
 
@@ -176,3 +173,45 @@ def test_the_nightly_slow_job_runs_the_slow_tier_of_every_folder_but_speed():
 ])
 def test_run_selections_read_from_the_workflows(name, nodeid, marks, expected):
     assert runs(name)(nodeid, marks) is expected
+
+
+CHILD = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", "--slow", "-p",
+         "tests_harness.planted_skip", "tests_speed/test_compare.py::test_cli_exits_0_on_a_clean_rerun",
+         "tests_speed/test_compare.py::test_cli_exits_2_on_a_corrupt_file_with_the_fix",
+         "tests_speed/test_rtf.py::test_rtf_against_the_stored_baseline"]
+
+
+def run_planted_skips(folder):
+    strict_run = subprocess.run(CHILD, cwd=REPO_ROOT, capture_output=True, text=True, timeout=1200)  # hang guards
+    lenient = subprocess.run([*CHILD, "--no-strict-inputs"], cwd=REPO_ROOT, capture_output=True, text=True,
+                             timeout=1200)
+    return strict_run, lenient
+
+
+@pytest.mark.early.with_args(run_planted_skips)
+def test_a_listed_control_that_skips_where_it_runs_fails_the_run(early):
+    """Known worse, as the tests run: a default-run control that skips fails the run, naming its row; a per-machine
+    control's "not judged" skip and an unlisted test's skip stay skips; with --no-strict-inputs nothing fails."""
+    strict_run, lenient = early
+    out = strict_run.stdout + strict_run.stderr
+    assert strict_run.returncode == 1, out[-3000:]
+    assert "FAILED tests_speed/test_compare.py::test_cli_exits_0_on_a_clean_rerun" in out, out[-3000:]
+    assert "a control listed in docs/controls.md (speed (compare rule): equivalent, runs default) skipped where it " \
+           "runs: planted: its input is missing" in out, out[-3000:]
+    assert "SKIPPED [1] tests_speed/test_compare.py" in out and "planted: a test no row lists" in out, out[-3000:]
+    assert "not judged: planted: no baseline recorded for this machine yet" in out, out[-3000:]
+    assert "1 failed" in out and "2 skipped" in out, out[-3000:]
+    text = lenient.stdout + lenient.stderr
+    assert lenient.returncode == 0 and "3 skipped" in text, text[-3000:]
+
+
+@pytest.mark.parametrize("row, reason, left_out, fails", [
+    ({"run": "default", "per_machine": False}, "its input is missing", False, True),
+    ({"run": "default", "per_machine": False}, "slow (...): run with --slow", True, False),
+    ({"run": "nightly:speed", "per_machine": True}, "not judged: no baseline for this machine", False, False),
+    ({"run": "nightly:speed", "per_machine": True}, "the baseline lacks a point", False, True),
+    ({"run": "ci", "per_machine": False}, "not judged: no hashes here", False, True),
+])
+def test_which_skips_of_a_listed_control_fail(row, reason, left_out, fails):
+    row = {"gate": "g", "kind": "equivalent", "runs": row["run"], **row}
+    assert (controls.skip_is_a_failure(row, reason, left_out) is not None) is fails

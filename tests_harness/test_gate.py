@@ -91,6 +91,29 @@ def test_parity_rules():
     assert skipped.status == "pass" and any("VoiceClonePrompt" in d for d in skipped.details)
 
 
+# --against parity runs that cannot be compared with: (returncode, passed, failed) of the run
+@pytest.mark.parametrize("returncode, passed, failed", [
+    pytest.param(4, 0, [], id="usage-error-nothing-ran"),  # pytest exit 4: the run never started
+    pytest.param(2, 1, [], id="interrupted-after-one-pass"),  # its junit file holds the passes of a part
+    pytest.param(0, 0, [], id="every-test-skipped"),
+    pytest.param(1, 1, [("t::other", "not bit-exact")], id="a-test-failed"),
+])
+def test_a_broken_against_run_is_an_error_not_a_comparison(returncode, passed, failed):
+    """Skips are compared with the --against run only when it ran healthy (exit 0, a test passed): a candidate whose
+    tests skip is never MAY SHIP against a run that says nothing about which tests run there."""
+    before = parity_result(passed=passed, failed=failed, returncode=returncode) | {
+        "passed_tests": ["t::other"][:passed], "version": "0.2.1", "log": "out/gate/x/parity-against.log"}
+    now = parity_result(passed=1, skipped=[("t::saved_prompt", "needs VoiceClonePrompt.save")])
+    check = gate.rule_parity(now, before)
+    assert (check.status, check.blocks) == ("error", False), check
+    assert "out/gate/x/parity-against.log" in check.summary and "0.2.1" in check.summary, check.summary
+    report = gate.verdict([gate.Check(n, "pass", False, "") for n in gate.BLOCKING if n != "parity"] + [check])
+    assert (report["state"], report["errors"]) == ("error", ["parity"]), report
+    assert gate.headline(report).startswith("ERROR"), gate.headline(report)
+    healthy = parity_result(passed=2) | {"passed_tests": ["t::other", "t::x"], "version": "0.2.1"}
+    assert gate.rule_parity(now, healthy).status == "pass", "a healthy comparison run: the skip ran nowhere before"
+
+
 def test_golden_rules():
     same = {"0.2.1": {"p": [], "q": []}}
     assert gate.rule_goldens(same, "0.2.1", "0.2.2").status == "pass"
@@ -216,8 +239,14 @@ class FakeEnv:
         return {"ok": True, "distribution": "omnivoice", "version": "9.9.9", "file": "x"}
 
 
-def gate_with(monkeypatch, tmp_path, failing: dict) -> dict:
-    """run_gate with every check passing except `failing` ({check: exception to raise})."""
+def gate_with(monkeypatch, tmp_path, failing: dict, checkpoint: str | None = None, real: tuple = ()) -> dict:
+    """run_gate with every check passing except `failing` ({check: exception to raise}) and those named in `real`
+    (run as they are); `checkpoint`: the real checkpoint given (none found elsewhere: no FASTPATH_CHECKPOINT, no
+    Hugging Face cache)."""
+    import harness.checkpoint
+
+    monkeypatch.delenv(harness.checkpoint.ENV_CHECKPOINT, raising=False)
+    monkeypatch.setattr(harness.checkpoint, "find_hf_cache", lambda: None)
     monkeypatch.setattr(cand, "prepare", lambda spec, fresh=False: FakeEnv())
     passing = {"fingerprints": "check_fingerprints", "behaviour": "check_behaviour", "goldens": "check_goldens",
                "parity": "check_parity", "work": "check_work", "rtf": "check_rtf", "quality": "check_quality"}
@@ -230,9 +259,11 @@ def gate_with(monkeypatch, tmp_path, failing: dict) -> dict:
         return run
 
     for name, function in passing.items():
-        monkeypatch.setattr(gate, function, step(name))
+        if name not in real:
+            monkeypatch.setattr(gate, function, step(name))
     monkeypatch.setattr(gate, "run_behaviour", lambda *a, **k: {"settings": {}})
-    return gate.run_gate("omnivoice==9.9.9", "current", tmp_path, rtf_rounds=1, log=lambda msg: None)
+    return gate.run_gate("omnivoice==9.9.9", "current", tmp_path, rtf_rounds=1, checkpoint=checkpoint,
+                         log=lambda msg: None)
 
 
 @pytest.mark.parametrize("name", ["goldens", "rtf", "quality"])
@@ -241,6 +272,56 @@ def test_an_informational_check_that_crashes_is_reported_and_blocks_nothing(monk
     checks = {c["name"]: c for c in report["checks"]}
     assert report["state"] == "may-ship", gate.render_table(report)
     assert checks[name]["status"] == "error" and not checks[name]["blocks"] and "boom" in checks[name]["summary"]
+
+
+def quality_run(passed=0, skipped=(), failed=(), returncode=0):
+    return parity_result(passed=passed, skipped=skipped, failed=failed, returncode=returncode) | {"passed_tests": []}
+
+
+ALL_SKIPPED = quality_run(skipped=[
+    ("tests_quality/test_wer.py::test_fewer_steps", "the ASR judge's weights are missing: fastpath-suite judge "
+                                                    "--fetch"),
+    ("tests_quality/test_sim.py::test_voice", "needs a GPU"),
+])
+
+
+def test_with_a_real_checkpoint_the_quality_check_is_needed_for_a_verdict():
+    """Given a real checkpoint, quality is required (Check.required): a run whose every test skipped leaves the bump
+    INCOMPLETE, naming the first skip's reason, and one that could not run is ERROR. Without one, a skipped quality
+    check changes nothing."""
+    ok = [gate.Check(n, "pass", False, "") for n in gate.BLOCKING]
+    skipped = gate.rule_quality(ALL_SKIPPED, required=True)
+    assert (skipped.status, skipped.required) == ("skipped", True), skipped
+    report = gate.verdict(ok + [skipped])
+    assert (report["state"], report["not_run"]) == ("incomplete", ["quality"]), report
+    assert "the ASR judge's weights are missing: fastpath-suite judge --fetch" in gate.headline(report), \
+        gate.headline(report)
+    raised = gate.Check("quality", "error", False, "could not run: timed out after 3600 s", required=True)
+    assert (gate.verdict(ok + [raised])["state"], gate.verdict(ok + [raised])["errors"]) == ("error", ["quality"])
+    assert gate.verdict(ok + [gate.rule_quality(ALL_SKIPPED)])["state"] == "may-ship", "no checkpoint: informational"
+    passed = gate.rule_quality(quality_run(passed=3, skipped=ALL_SKIPPED["skipped"]), required=True)
+    assert gate.verdict(ok + [passed])["state"] == "may-ship", passed
+    failed = gate.rule_quality(quality_run(passed=2, failed=[("t", "WER +4 points")], returncode=1), required=True)
+    assert gate.verdict(ok + [failed])["state"] == "must-not-ship", failed
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom"), subprocess.TimeoutExpired(["python", "-m", "pytest"], 3600)],
+                         ids=["crash", "timeout"])
+def test_a_quality_run_on_a_real_checkpoint_that_cannot_run_is_an_error(monkeypatch, tmp_path, error):
+    report = gate_with(monkeypatch, tmp_path, {"quality": error}, checkpoint=str(tmp_path / "OmniVoice"))
+    assert (report["state"], report["errors"]) == ("error", ["quality"]), gate.render_table(report)
+    monkeypatch.setattr(gate, "run_gate", lambda *a, **k: report)
+    assert gate.main(["omnivoice==9.9.9", "--out", str(tmp_path / "o")]) == 2
+
+
+def test_a_quality_run_on_a_real_checkpoint_whose_every_test_skips_is_incomplete(monkeypatch, tmp_path):
+    monkeypatch.setattr(gate, "run_pytest", lambda *a, **k: ALL_SKIPPED)
+    monkeypatch.setattr(gate, "tier_environment", lambda *a, **k: {})
+    report = gate_with(monkeypatch, tmp_path, {}, checkpoint=str(tmp_path / "OmniVoice"), real=("quality",))
+    assert (report["state"], report["not_run"]) == ("incomplete", ["quality"]), gate.render_table(report)
+    assert "fastpath-suite judge --fetch" in gate.headline(report), gate.headline(report)
+    monkeypatch.setattr(gate, "run_gate", lambda *a, **k: report)
+    assert gate.main(["omnivoice==9.9.9", "--out", str(tmp_path / "o")]) == 3
 
 
 @pytest.mark.parametrize("error", [gate.GateStepError("probe failed"), RuntimeError("boom"),

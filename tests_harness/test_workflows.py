@@ -4,7 +4,9 @@ it runs on pull requests that touch the omnivoice requirement, gates only when t
 gate's exit status on, writes the verdict and the diffs to the job summary, and fails unless the verdict is MAY SHIP.
 
 The version-bump steps' own scripts run here in bash against stand-ins (a scratch git repository, a fake
-`fastpath-suite`), so no model, no network and no gate run are needed.
+`fastpath-suite`), so no model, no network and no gate run are needed. So does the CI script `.ci/run`, in a folder
+laid out like the repo whose install builds stand-ins of `.venv/bin/python` and `fastpath-suite`: its stages run in
+order in strict mode, and a failed install or a failed default run stops it before the next stage.
 """
 
 from __future__ import annotations
@@ -269,3 +271,57 @@ def test_the_nightly_judges_only_a_night_whose_histories_were_fetched():
     assert "scripts/nightly_history.sh store" in steps["Keep the histories (branch nightly-history)"]["run"]
     assert spec["permissions"]["contents"] == "write"
     assert "continue-on-error" not in steps["Fetch the histories"], "a failed fetch must fail the night"
+
+
+# --- the CI script (.ci/run) --------------------------------------------------------------------------------------
+
+CI_SCRIPT = REPO_ROOT / ".ci" / "run"
+STUB = """#!/usr/bin/env bash
+echo "$(basename "$0") FASTPATH_STRICT=${{FASTPATH_STRICT-unset}} $*" >> "{log}"
+[ "$*" = "{fail}" ] && exit 1
+exit 0
+"""
+
+
+def ci_run(root, install_exit: int, fail: str = "") -> tuple:
+    """`bash .ci/run` in a folder laid out like the repo, whose scripts/install.sh builds stand-ins of
+    .venv/bin/python and .venv/bin/fastpath-suite (each logs its call and exits 0, or 1 when its arguments are
+    `fail`) and then exits `install_exit`. (the finished process, the stand-ins' calls in order)."""
+    (root / ".ci").mkdir()
+    shutil.copy(CI_SCRIPT, root / ".ci" / "run")
+    log = root / "calls.log"
+    stub = STUB.format(log=log, fail=fail)
+    (root / "scripts").mkdir()
+    (root / "scripts" / "install.sh").write_text(
+        "mkdir -p .venv/bin\n"
+        + "".join(f"cat > .venv/bin/{name} <<'STUB'\n{stub}STUB\nchmod +x .venv/bin/{name}\n"
+                  for name in ("python", "fastpath-suite"))
+        + f"exit {install_exit}\n")
+    done = subprocess.run(["bash", ".ci/run"], cwd=root, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "FASTPATH_STRICT": "0"})
+    return done, log.read_text().splitlines() if log.exists() else []
+
+
+def test_ci_runs_its_three_stages_in_strict_mode(tmp_path):
+    """The stand-ins see every stage, in order, each with FASTPATH_STRICT=1 whatever the runner's environment says
+    (this one says 0)."""
+    done, calls = ci_run(tmp_path, install_exit=0)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [c.split()[:2] for c in calls] == [["python", "FASTPATH_STRICT=1"]] * 2 + [
+        ["fastpath-suite", "FASTPATH_STRICT=1"]], calls
+    assert calls[0] == "python FASTPATH_STRICT=1 -m pytest", "the first stage is the README's default run"
+    assert "-m control and not cuda" in calls[1] and calls[2].split()[2] == "instructions", calls
+
+
+def test_a_failed_install_fails_ci_before_any_later_stage(tmp_path):
+    """install.sh can fail late, after .venv is built (the chromium apt step, a build, the judges' import check):
+    CI fails there, and neither the default run nor the stages after it run on the broken install."""
+    done, calls = ci_run(tmp_path, install_exit=1)
+    assert done.returncode != 0, f".ci/run exited 0 after install.sh failed; the stages it ran: {calls}"
+    assert calls == [], f"stages ran after install.sh failed: {calls}"
+
+
+def test_a_failing_default_run_fails_ci_before_the_controls_stage(tmp_path):
+    done, calls = ci_run(tmp_path, install_exit=0, fail="-m pytest")
+    assert done.returncode != 0, f".ci/run exited 0 after the default run failed; the stages it ran: {calls}"
+    assert [c.split(" ", 2)[2] for c in calls] == ["-m pytest"], f"stages ran after the default run failed: {calls}"

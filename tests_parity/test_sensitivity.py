@@ -8,6 +8,12 @@ stale static prefix, another guidance scale) would pass every bit-exact check. S
 generate with it changed is compared with the base generate: the final tokens must differ, and where the tokens
 differ, the decoder's audio and the returned waveform must differ too. Runs on any checkpoint (the built ones, or a
 real one: it must pass there too). Each row is (input, base, what changes); 4 steps keep it inside the default run.
+
+The output's length is not evidence that the model read an input: upstream estimates the length from the text and
+the reference's transcript before the model sees either, so a model deaf to the transcript would still give a
+longer output for a longer one. So every row compares content at one length: the base pins `duration` (the length
+in frames), and a row whose outputs differ in length fails. Only the rows whose input *is* the length (duration,
+speed) run on the unpinned base and count a change of length.
 """
 
 from __future__ import annotations
@@ -22,10 +28,12 @@ from harness.points import reference
 
 TEXT = "The weather is lovely today, so we walk."
 OTHER_TEXT = "The market is crowded today, so we wait."
+PINNED = 1.6  # seconds: the output's length, fixed, so that a row compares content at one length
 BASE = dict(text=TEXT, language="en", num_step=4)
-DESIGN = dict(BASE, instruct="female, low pitch")
+DESIGN = dict(BASE, instruct="female, low pitch", duration=PINNED)
 # the reference as a tensor, not preprocessed: its length (and so the prompt's) stays the same when its content changes
-CLONE = dict(BASE, ref="ref_3s", preprocess_prompt=False)
+FREE = dict(BASE, ref="ref_3s", preprocess_prompt=False)  # the length upstream estimates: for the length's own rows
+CLONE = dict(FREE, duration=PINNED)
 
 
 def clip(name: str, reverse: bool = False):
@@ -52,8 +60,8 @@ ROWS = [
     ("instruct", DESIGN, dict(instruct="male, high pitch")),
     ("reference audio content (same length)", CLONE, dict(reversed=True)),
     ("reference text", CLONE, dict(ref_text="A different transcript of the same clip.")),
-    ("duration", CLONE, dict(duration=2.0)),
-    ("speed", CLONE, dict(speed=1.3)),
+    ("duration", FREE, dict(duration=2.0)),
+    ("speed", FREE, dict(speed=1.3)),
     ("guidance scale", CLONE, dict(guidance_scale=3.0)),
     ("t_shift", CLONE, dict(t_shift=0.5)),
     ("layer penalty", CLONE, dict(layer_penalty_factor=1.0)),
@@ -65,27 +73,46 @@ ROWS = [
 ]
 
 
+LENGTH_ROWS = ("duration", "speed")  # the input is the length: a change of length is what it must show
+
+
 @pytest.fixture(scope="module")
 def base_runs(model):
     runs = {}
-    for name, setting in (("clone", CLONE), ("design", DESIGN)):
+    for setting in (CLONE, DESIGN, FREE):
         kwargs, seed = generate_kwargs(setting)
         runs[id(setting)] = record_generation(model, seed=seed, **kwargs)
     return runs
 
 
-def differs(a, b) -> bool:
-    a, b = np.asarray(a), np.asarray(b)
-    return a.shape != b.shape or not np.array_equal(a, b)
+def shapes(run, part: str) -> list:
+    return [tuple(torch.as_tensor(x).shape) for x in getattr(run, part)]
 
 
-def changed_parts(base, other) -> dict:
-    """For tokens, decoded audio and waveforms: whether each differs between the two runs (any item)."""
-    def any_differs(x, y):
-        return len(x) != len(y) or any(differs(torch.as_tensor(p).numpy(), torch.as_tensor(q).numpy())
-                                       for p, q in zip(x, y))
+def changed_parts(base, other, length_counts: bool = False) -> dict:
+    """For tokens, decoded audio and waveforms: whether each differs between the two runs (any item). Outputs of
+    another length count as different only with `length_counts`; otherwise they are refused (ValueError), since the
+    length alone does not show that the model read the input."""
+    out = {}
+    for part in ("tokens", "decoded", "waveforms"):
+        if shapes(base, part) != shapes(other, part):
+            if not length_counts:
+                raise ValueError(f"the {part} changed length ({shapes(base, part)} -> {shapes(other, part)}): the "
+                                 f"length is upstream's estimate, not evidence that the model read the input; pin "
+                                 f"`duration` in the row's base")
+            out[part] = True
+            continue
+        out[part] = any(not np.array_equal(torch.as_tensor(p).numpy(), torch.as_tensor(q).numpy())
+                        for p, q in zip(getattr(base, part), getattr(other, part)))
+    return out
 
-    return {part: any_differs(getattr(base, part), getattr(other, part)) for part in ("tokens", "decoded", "waveforms")}
+
+def row_changes(model, name: str, base: dict, change: dict) -> dict:
+    """What one row's change did to the tokens, decoded audio and waveform, against the base run."""
+    kwargs, seed = generate_kwargs({**base, **change})
+    other = record_generation(model, seed=seed, **kwargs)
+    base_kwargs, base_seed = generate_kwargs(base)
+    return changed_parts(record_generation(model, seed=base_seed, **base_kwargs), other, name in LENGTH_ROWS)
 
 
 @pytest.mark.cpu
@@ -93,7 +120,31 @@ def changed_parts(base, other) -> dict:
 def test_changing_one_input_changes_the_tokens_and_the_audio(model, base_runs, name, base, change):
     kwargs, seed = generate_kwargs({**base, **change})
     other = record_generation(model, seed=seed, **kwargs)
-    changed = changed_parts(base_runs[id(base)], other)
+    changed = changed_parts(base_runs[id(base)], other, name in LENGTH_ROWS)
     assert changed["tokens"], f"{name} changed and the generated tokens did not: the test model ignores it"
     assert changed["decoded"] and changed["waveforms"], (
         f"{name} changed the tokens but not the audio ({changed}): the decoder ignores the codes")
+
+
+def test_only_the_length_rows_run_unpinned():
+    """Every row but the length's own runs on a base with a pinned duration."""
+    assert {name for name, base, _ in ROWS if "duration" not in base} == set(LENGTH_ROWS)
+
+
+@pytest.mark.cpu
+def test_a_model_deaf_to_the_transcript_fails_the_reference_text_row(model):
+    """Known worse: a model whose prompt never holds the reference's transcript (the duration estimate still reads
+    it, as upstream's does before the model) fails the row. Unpinned, the new transcript's other length made such a
+    model pass."""
+    heard = model._prepare_inference_inputs
+    base_text = reference(CLONE["ref"])[1]
+
+    def deaf(text, num_target_tokens, ref_text=None, *args, **kwargs):
+        return heard(text, num_target_tokens, base_text if ref_text is not None else None, *args, **kwargs)
+
+    name, base, change = next(row for row in ROWS if row[0] == "reference text")
+    model.__dict__["_prepare_inference_inputs"] = deaf
+    try:
+        assert row_changes(model, name, base, change)["tokens"] is False
+    finally:
+        del model.__dict__["_prepare_inference_inputs"]

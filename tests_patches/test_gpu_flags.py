@@ -27,7 +27,7 @@ def on_cuda(monkeypatch):
 
 
 @pytest.mark.parametrize("start", STARTING_STATES)
-def test_flags_are_set_then_restored_exactly(model, on_cuda, start):
+def test_flags_are_set_then_restored_exactly(model, on_cuda, start, torch_settings):
     start()
     before = flags.read()
     fastpath.apply(model, "cuda_tf32")
@@ -43,7 +43,7 @@ def test_flags_are_set_then_restored_exactly(model, on_cuda, start):
     assert flags.read() == before and flags.FLAGS_ATTR not in model.__dict__
 
 
-def test_flags_changed_by_someone_else_are_left_alone(model, on_cuda, caplog):
+def test_flags_changed_by_someone_else_are_left_alone(model, on_cuda, caplog, torch_settings):
     torch.backends.cudnn.benchmark = True
     fastpath.apply(model, "cuda_tf32")  # turns benchmark off and TF32 matmuls on
     assert torch.backends.cudnn.benchmark is False

@@ -16,7 +16,7 @@ import torch
 import fastpath
 from fastpath import fingerprints
 from fastpath.instance import WARNINGS_ATTR
-from harness import REPO_ROOT
+from harness import REPO_ROOT, shared_state
 from harness.checkpoint import (
     CheckpointError,
     check_checkpoint_folder,
@@ -239,35 +239,6 @@ def test_a_call_without_an_exact_row_count_runs_stocks_layout(model, stock_run, 
     assert instance_state(model) == before
 
 
-def reachable_state(model) -> dict:
-    """What a patch must never change, because another model in the process shares it: the dict of every class of
-    the model and its submodules (OmniVoice, the LLM's layers, the codec's), and the globals of every module those
-    classes are defined in (an upstream function a patch could swap module-wide)."""
-    import sys
-
-    classes = {type(model)} | {type(m) for m in model.modules()}
-    classes |= {base for c in classes for base in c.__mro__ if base.__module__.split(".")[0] in (
-        "omnivoice", "transformers")}
-    modules = {sys.modules[c.__module__] for c in classes if c.__module__ in sys.modules}
-    return {**{f"class {c.__module__}.{c.__qualname__}": {k: id(v) for k, v in vars(c).items() if k not in CACHES}
-               for c in classes},
-            **{f"module {m.__name__}": {k: id(v) for k, v in vars(m).items()} for m in modules}}
-
-
-# transformers caches on the class whether its attention implementation may be set (the same answer for every
-# instance): not a patch's doing, and harmless to a second model
-CACHES = ("_can_set_attn_implementation_cached_value",)
-
-
-def changed(before: dict, after: dict) -> list:
-    """Where an attribute was added, removed or rebound (by object identity)."""
-    out = []
-    for where in sorted(set(before) | set(after)):
-        a, b = before.get(where, {}), after.get(where, {})
-        out += [f"{where}.{k}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-    return out
-
-
 @pytest.fixture(scope="module")
 def second_model(checkpoint):
     """A stock model beside the shared one (an A/B, a fallback in a server process)."""
@@ -287,35 +258,37 @@ def second_stock_run(second_model):
 @pytest.mark.cpu
 @pytest.mark.parametrize("names", [[n] for n in fastpath.PATCHES] + [list(fastpath.LOSSLESS)],
                          ids=[*fastpath.PATCHES, "lossless-stack"])
-def test_patches_touch_the_instance_only(model, second_model, second_stock_run, names):
+def test_patches_touch_the_instance_only(model, second_model, second_stock_run, names, pristine):
     """Applying and reverting a patch (alone, and the lossless stack) changes no class and no module global a second
-    model in the same process shares, and that stock model keeps running stock code while the other is patched."""
+    model in the same process shares, and that stock model keeps running stock code while the other is patched.
+    Compared with the record taken before any test applied a patch, so an earlier test's leak is not the baseline."""
     if names == ["batch_invariant"]:
         refused_here(model, "batch_invariant")
-    before = reachable_state(model)
+    assert not shared_state.changed(pristine) + shared_state.foreign(pristine), "shared state changed before the test"
     fastpath.apply(model, names)
     try:
-        assert not changed(before, reachable_state(model)), (f"{names} changed shared state: "
-                                                              f"{changed(before, reachable_state(model))}")
+        leaks = shared_state.changed(pristine) + shared_state.foreign(pristine)
+        assert not leaks, f"{names} changed shared state: {leaks}"
         assert fastpath.applied(second_model) == []
         assert not compare_runs(second_stock_run, record_generation(second_model, seed=0, **SHORT)), (
             f"the stock model beside one patched with {names} no longer runs stock code")
     finally:
         fastpath.revert(model, names)
-    assert not changed(before, reachable_state(model)), f"reverting {names} left shared state changed"
+    leaks = shared_state.changed(pristine) + shared_state.foreign(pristine)
+    assert not leaks, f"reverting {names} left shared state changed: {leaks}"
 
 
-def test_a_patch_that_sets_its_method_on_the_class_is_caught(model, second_model, second_stock_run, monkeypatch):
+def test_a_patch_that_sets_its_method_on_the_class_is_caught(model, second_model, second_stock_run, monkeypatch,
+                                                             pristine):
     """Known worse for the test above: a 'patch' that puts its loop on the class (here: one that also changes the
     tokens) is named as changed shared state, and the stock model beside it no longer runs stock code."""
     from omnivoice import OmniVoice
 
-    before = reachable_state(model)
     upstream = OmniVoice._generate_iterative
 
     def on_the_class(self, task, gen_config):
         return [t.roll(1, dims=-1) for t in upstream(self, task, gen_config)]
 
     monkeypatch.setattr(OmniVoice, "_generate_iterative", on_the_class)
-    assert changed(before, reachable_state(model)) == ["class omnivoice.models.omnivoice.OmniVoice._generate_iterative"]
+    assert shared_state.changed(pristine) == ["class omnivoice.models.omnivoice.OmniVoice._generate_iterative"]
     assert compare_runs(second_stock_run, record_generation(second_model, seed=0, **SHORT))

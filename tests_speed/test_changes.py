@@ -41,9 +41,16 @@ def test_cusum_threshold_gives_the_in_control_run_length_it_is_set_for():
     assert abs(runs.mean() / 200.0 - 1) < 0.15, f"mean run length {runs.mean():.0f} for a target of 200 (h {h:.2f})"
 
 
-def test_the_budget_is_split_over_points_and_rules():
+def test_the_budget_is_split_over_histories_points_and_rules():
+    """alpha is the whole suite's: an equal share for each statistical history it keeps (CPU wall time, CPU
+    instructions, GPU wall time), then the history's points, then the two rules."""
+    from harness.speed.changes import STATISTICAL_HISTORIES
+
+    assert len(STATISTICAL_HISTORIES) == 3, STATISTICAL_HISTORIES
     one, ten = Rule(points=1), Rule(points=10)
-    assert one.budget == pytest.approx(0.005) and ten.budget == pytest.approx(0.0005)
+    assert one.history_alpha == pytest.approx(0.01 / 3)
+    assert one.budget == pytest.approx(0.01 / 3 / 2) and ten.budget == pytest.approx(0.01 / 3 / 10 / 2)
+    assert Rule(points=10, histories=5).budget == pytest.approx(0.01 / 5 / 10 / 2)
     assert ten.h > one.h
     assert step_threshold(0.0005, 20) == pytest.approx(stats.t.isf(0.0005, 19))
 
@@ -160,8 +167,9 @@ def test_an_alarm_soon_after_the_start_stays_open_while_the_slowdown_is_there():
 
 
 def test_an_accepted_slowdown_stays_accepted_whatever_points_are_added_later():
-    """Accepted at the night the rule placed it on with one point; judged again with 40 points (another budget, so
-    the alarm fires on another night and Pelt places the change elsewhere): still accepted, nothing open."""
+    """Accepted at the night the rule placed it on with one point, once the ramp had settled (the person had seen
+    the nights through 29); judged again with 40 points (another budget, so the alarm fires on another night and
+    Pelt places the change elsewhere): still accepted, nothing open."""
     moved = 0
     for seed in range(30):
         x = np.random.default_rng(seed).normal(0, 0.005, 40)
@@ -170,7 +178,7 @@ def test_an_accepted_slowdown_stays_accepted_whatever_points_are_added_later():
         one = slower(scan(x, rule=Rule(points=1)))
         assert one, seed
         began = one[0].began
-        many = scan(x, rule=Rule(points=40, alpha=0.005), accepted=frozenset({began}))
+        many = scan(x, rule=Rule(points=40, alpha=0.005), accepted={began: 29})
         unaccepted = slower(scan(x, rule=Rule(points=40, alpha=0.005)))
         moved += bool(unaccepted) and unaccepted[0].began != began
         assert many.open == [], (seed, began, many.events)
@@ -216,3 +224,74 @@ def test_exact_counts_name_every_change_and_wait_for_a_fix_or_an_acceptance():
     accepted = scan_exact([base, more, more], accepted=frozenset({1}))
     assert [(e.kind, e.status) for e in accepted.events] == [("slower", "accepted")]
     assert accepted.status == ["learning", "ok", "ok"] and accepted.open == []
+
+
+def test_a_changed_mix_of_operators_is_a_change_not_a_speedup():
+    """Four adds replaced by four exps: ops, bytes and FLOPs stay equal, the work does not. The change is named by
+    operator, stays open (failing the night) until the counts come back or it is accepted, like more work; it was
+    called "faster" and noted."""
+    from harness.speed.changes import scan_exact
+
+    base = {"ops": 100, "bytes": 4096, "flops": 10, "by_kind": {"aten.mm.default": 8, "aten.add.Tensor": 92}}
+    mixed = {**base, "by_kind": {"aten.mm.default": 8, "aten.add.Tensor": 88, "aten.exp.default": 4}}
+    trace = scan_exact([base, base, mixed, mixed, base])
+    [event] = trace.events
+    assert (event.kind, event.began, event.status, event.closed) == ("changed", 2, "recovered", 4), event
+    assert event.detail == ["aten.add.Tensor: 92 -> 88 calls (-4)", "aten.exp.default: 0 -> 4 calls (+4)"]
+    assert trace.status == ["learning", "ok", "alarm", "open", "ok"]
+    still = scan_exact([base, base, mixed, mixed])
+    assert still.open == still.events and still.status[-1] == "open", still.events
+    accepted = scan_exact([base, mixed, mixed], accepted=frozenset({1}))
+    assert [(e.kind, e.status) for e in accepted.events] == [("changed", "accepted")] and accepted.open == []
+
+
+def test_the_night_after_an_accepted_step_is_judged_against_the_accepted_level():
+    """A 10% step accepted on its night, then a further 25% the next night: the new step fails that night, judged
+    against the accepted level with the noise from before the change (it used to be the first of five "learning"
+    nights, raising nothing)."""
+    for seed in range(40):
+        x = np.random.default_rng(seed).normal(0, 0.01, 30)
+        x[ESTABLISHED:] += math.log1p(0.10)
+        x[ESTABLISHED + 1:] += math.log1p(0.25)
+        trace = scan(x, rule=Rule(points=4), accepted=frozenset({ESTABLISHED}))
+        assert trace.status[ESTABLISHED + 1] == "alarm", (seed, trace.status[ESTABLISHED:])
+        later = [e for e in slower(trace) if e.status == "open"]
+        assert [(e.began, e.alarmed, e.rule) for e in later] == [(ESTABLISHED + 1, ESTABLISHED + 1, "step")], later
+        assert abs(later[0].change - 0.25) < 0.05, later[0]
+
+
+def test_nights_seen_when_a_change_was_accepted_are_part_of_it():
+    """Accepted after the person saw it climb for three nights (2%, 6%, 10%): those nights are the accepted
+    change, not a new one; a further 25% after the acceptance fails its night."""
+    x = np.random.default_rng(10).normal(0, 0.005, 30)
+    x[ESTABLISHED:] += np.log1p([0.02, 0.06] + [0.10] * 8)
+    trace = scan(x, rule=Rule(points=4), accepted={ESTABLISHED: ESTABLISHED + 2})
+    assert trace.open == [] and trace.status[ESTABLISHED:ESTABLISHED + 3] == ["ok"] * 3, trace.events
+    x[ESTABLISHED + 3:] += math.log1p(0.25)
+    worse = scan(x, rule=Rule(points=4), accepted={ESTABLISHED: ESTABLISHED + 2})
+    assert [e.alarmed for e in worse.open] == [ESTABLISHED + 3], worse.events
+
+
+@pytest.mark.parametrize("sigma", [
+    pytest.param(0.01, id="1%-noise"),  # the 5% floor binds: a night must be 5 sigma above a one-night level
+    pytest.param(0.03, id="3%-noise"),  # the full-size point's recorded noise: the statistics alone hold the rate
+])
+def test_clean_nights_after_an_accepted_step_raise_no_more_than_the_budget(sigma):
+    """Over many seeds of Gaussian noise: a 10% step accepted on its night, then clean nights at the new level. The
+    nights are judged (not "learning"), and the slowdowns they raise, per point and night, stay within the rule's
+    budget (two rules) and its sampling error."""
+    rule = Rule(points=4)
+    histories, after = 400, 10
+    raised = judged = 0
+    for seed in range(histories):
+        x = np.random.default_rng(1000 + seed).normal(0, sigma, ESTABLISHED + 1 + after)
+        x[ESTABLISHED:] += math.log1p(0.10)
+        trace = scan(x, rule=rule, accepted=frozenset({ESTABLISHED}))
+        raised += sum(e.alarmed > ESTABLISHED for e in slower(trace))
+        judged += sum(s != "learning" for s in trace.status[ESTABLISHED + 1:])
+    nights = histories * after
+    assert judged == nights, f"{nights - judged} of {nights} nights after the acceptance were not judged"
+    expected = 2 * rule.budget * nights
+    bound = stats.poisson.isf(0.001, expected)  # one run in 1,000 of a rule at its budget would exceed it
+    assert raised <= bound, (f"{raised} slowdowns in {nights} clean nights after an acceptance, above {bound:.0f} "
+                             f"(budget {expected:.1f}): the accepted level or its noise is too narrow")

@@ -23,6 +23,7 @@ from harness.speed.baselines import (
     FORMAT_VERSION,
     BaselineError,
     PointSamples,
+    load_run,
     save_baseline,
 )
 from harness.speed.compare import (
@@ -32,6 +33,8 @@ from harness.speed.compare import (
     build_parser,
     compare_point,
     compare_speed_runs,
+    gate_on_baseline,
+    judge_points,
     min_p_value,
     min_samples_for_alpha,
     new_only_points,
@@ -310,3 +313,88 @@ def test_cli_exits_2_on_a_corrupt_file_with_the_fix(tmp_path):
     proc = run_cli(base, new)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "not valid JSON" in proc.stderr and "truncated" in proc.stderr, proc.stderr
+
+
+# --- the stored-baseline gate of the speed tests (gate_on_baseline) --------------------------------------------
+
+SAVE = ".venv/bin/python -m pytest tests_speed/test_rtf.py --slow --save-baseline -k baseline"
+
+
+def config(strict_inputs: bool):
+    """A pytest config of the strict mode given (harness.strict reads its "strict_inputs" option)."""
+    return type("Config", (), {"getoption": staticmethod(lambda name: strict_inputs)})()
+
+
+def stored_baseline(tmp_path, names) -> Path:
+    """baselines/<KEY>.json holding `names`, each with 8 clean timings around MEDIAN."""
+    rng = np.random.default_rng(3)
+    path = tmp_path / f"{KEY}.json"
+    save_baseline(path, device_key=KEY, machine={"device": "cpu"}, command=SAVE,
+                  points={name: {"metric": "rtf", "samples": list(timings(rng, n=8))} for name in names})
+    return path
+
+
+def measured(rng, factors: dict) -> dict:
+    """{name: 8 timings around factors[name] x MEDIAN}."""
+    return {name: point(timings(rng, n=8, median=MEDIAN * factor), name=name) for name, factor in factors.items()}
+
+
+@pytest.mark.parametrize("strict_inputs", [True, False], ids=["strict", "not-strict"])
+def test_a_regression_is_reported_whatever_else_the_baseline_lacks(tmp_path, strict_inputs):
+    """The baseline has the first variant and not the second: the first, 2x slower on both measurements, fails the
+    test in either mode, before the missing point is said (which alone would skip it under --no-strict-inputs)."""
+    path = stored_baseline(tmp_path, ["auto-short-10/stock"])
+    rng = np.random.default_rng(4)
+    factors = {"auto-short-10/stock": 2.0, "auto-short-10/fastpath": 1.0}
+    again = []
+
+    def remeasure():
+        again.append(1)
+        return measured(rng, factors)
+
+    with pytest.raises(pytest.fail.Exception, match=r"speed regressed:\n  auto-short-10/stock: \+\d+\.\d% slower"):
+        gate_on_baseline(config(strict_inputs), path, KEY, measured(rng, factors), SAVE, remeasure)
+    assert again == [1], "a regressed point is measured once more before it fails"
+    regressed, missing = judge_points(load_run(path).points, measured(rng, factors), path.name)
+    assert len(regressed) == 1 and missing == ["auto-short-10/fastpath"], (regressed, missing)
+
+
+def test_a_regression_not_seen_again_on_the_fresh_samples_passes(tmp_path):
+    path = stored_baseline(tmp_path, ["p/stock"])
+    rng = np.random.default_rng(5)
+    gate_on_baseline(config(True), path, KEY, measured(rng, {"p/stock": 2.0}), SAVE,
+                     remeasure=lambda: measured(rng, {"p/stock": 1.0}))
+
+
+def test_a_point_the_baseline_lacks_fails_naming_the_command_or_is_not_judged(tmp_path):
+    """A file of this machine without a measured point is a missing input: strict, a failure naming the command
+    that records it; --no-strict-inputs, not judged. The points it has were judged first (none regressed)."""
+    path = stored_baseline(tmp_path, ["p/stock"])
+    run = measured(np.random.default_rng(6), {"p/stock": 1.0, "p/fastpath": 1.0})
+    with pytest.raises(pytest.fail.Exception, match=r"^MISSING INPUT: .* has no point p/fastpath .*record it on this "
+                                                    r"machine: .*--save-baseline"):
+        gate_on_baseline(config(True), path, KEY, run, SAVE)
+    with pytest.raises(pytest.skip.Exception, match=r"^not judged: .* has no point p/fastpath"):
+        gate_on_baseline(config(False), path, KEY, run, SAVE)
+
+
+@pytest.mark.parametrize("strict_inputs", [True, False], ids=["strict", "not-strict"])
+def test_no_baseline_for_this_machine_is_not_judged_in_either_mode(tmp_path, strict_inputs):
+    """A wall-time figure can only be recorded on the machine it describes: with no file for this device key the
+    gate is not judged, strict or not, and the reason names the command that records it."""
+    run = measured(np.random.default_rng(7), {"p/stock": 2.0})
+    with pytest.raises(pytest.skip.Exception, match=r"^not judged: no speed baseline for this machine .*"
+                                                    r"record it on this machine: .*--save-baseline"):
+        gate_on_baseline(config(strict_inputs), tmp_path / f"{KEY}.json", KEY, run, SAVE)
+
+
+@pytest.mark.parametrize("text, match", [
+    ('{"format": "fastpath-speed-baseline", "format_version": 1, "device_key": "cpu-other", "points": {}}',
+     "is for device key 'cpu-other'"),
+    ('{"points": ', "not valid JSON"),
+], ids=["another-machine", "truncated"])
+def test_a_corrupt_or_foreign_baseline_is_an_error(tmp_path, text, match):
+    path = tmp_path / f"{KEY}.json"
+    path.write_text(text)
+    with pytest.raises(BaselineError, match=match):
+        gate_on_baseline(config(True), path, KEY, measured(np.random.default_rng(8), {"p/stock": 1.0}), SAVE)

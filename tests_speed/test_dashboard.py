@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import REPO_ROOT
+from harness import REPO_ROOT, installed
 from harness.speed.changes import check_history
 from harness.speed.dashboard import page_html, summary_markdown
 from harness.speed.history import load_history
@@ -73,12 +73,12 @@ def console_errors(driver) -> list:
 @pytest.fixture(scope="module")
 def browser():
     if not (CHROMIUM and DRIVER):
-        pytest.skip(NEEDS_BROWSER)
+        installed.missing(NEEDS_BROWSER)
     try:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
     except ImportError:
-        pytest.skip(NEEDS_BROWSER)
+        installed.missing(NEEDS_BROWSER)
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -118,3 +118,35 @@ def test_the_browser_check_sees_a_script_error(browser, tmp_path):
     browser.get(Path(page).as_uri())
     errors = console_errors(browser)
     assert errors and "undefinedFunction" in errors[0]["message"], errors
+
+
+def test_a_changed_mix_of_exact_counts_is_shown_as_a_failure_and_can_be_accepted(tmp_path, capsys):
+    """Four adds turned into four exps (totals equal): the summary and the page show it among the failures, named
+    by operator, with the command that accepts it; `history accept` takes it, and the night passes."""
+    from harness.speed.history import History, Night, main, night_id, save_history
+
+    def night(day: int, by_kind: dict) -> Night:
+        points = {"c": {"metric": "ops", "samples": [100.0],
+                        "extra": {"bytes": 4096, "flops": 10, "by_kind": by_kind}}}
+        date = f"2026-11-{day:02d}T03:17:00+00:00"
+        return Night(id=night_id(date, f"{day:040x}", points), date=date, commit=f"{day:040x}", command="test",
+                     machine={"cpu_model": "Test CPU"}, points=points)
+
+    base = {"aten.mm.default": 8, "aten.add.Tensor": 92}
+    mixed = {"aten.mm.default": 8, "aten.add.Tensor": 88, "aten.exp.default": 4}
+    path = tmp_path / "structure.json"
+    h = History(device_key="cpu-test", nights=[night(1, base), night(2, base), night(3, mixed)], path=path)
+    save_history(h, path)
+    h = load_history(path)
+    reports = check_history(h)
+    text = summary_markdown(h, reports)
+    assert "1 changed mix(es) of exact counts: this night fails" in text, text
+    [alarm] = [line for line in text.splitlines() if line.startswith("- **c**")]
+    assert "aten.exp.default: 0 -> 4 calls (+4)" in alarm and f"--night {h.nights[2].id}" in alarm, alarm
+    assert "**CHANGED MIX**" in text
+    parsed = Sections()
+    parsed.feed(page_html([(h, reports)]))
+    assert parsed.alarms == ["c"]
+    assert main(["check", str(path)]) == 1
+    assert main(["accept", str(path), "c", "--night", h.nights[2].id, "--reason", "exp on purpose"]) == 0
+    assert main(["check", str(path)]) == 0

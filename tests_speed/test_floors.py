@@ -1,4 +1,5 @@
-"""The same-run ratio gate's helper (harness/speed/floors.py): skip with the entry to add, or gate with one retry."""
+"""The same-run ratio gate's helper (harness/speed/floors.py): not judged with the figure and the entry to add, or
+gate with one retry."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import pytest
 from harness.speed import floors
 
 
-def test_no_floor_measures_once_and_skips_with_the_entry_to_add(monkeypatch):
+def test_no_floor_measures_once_and_is_not_judged_with_the_entry_to_add(monkeypatch):
+    """A floor is a figure of the machine that measured it: where none is recorded the gate is not judged, in
+    either mode (harness.strict.not_judged), the figure and the entry under the full size in the reason."""
     monkeypatch.setattr(floors, "ratio_floor", lambda key, size, name: None)
     calls = []
 
@@ -15,9 +18,18 @@ def test_no_floor_measures_once_and_skips_with_the_entry_to_add(monkeypatch):
         calls.append(n)
         return 1.5, "a 1.5 s, b 1.0 s"
 
-    with pytest.raises(pytest.skip.Exception, match=r"measured 1\.500x.*\"floor\": 1\.35"):
-        floors.gated_ratio("cpu-x", "full", "p", attempt, "2 rounds")
+    with pytest.raises(pytest.skip.Exception, match=r"^not judged: .*'p' measured 1\.500x.*ratio_floors\.json: "
+                                                    r"\{\"cpu-x\": \{\"full\": \{\"p\": \{\"floor\": 1\.35"):
+        floors.gated_ratio("cpu-x", "real", "p", attempt, "2 rounds")
     assert calls == [1]
+
+
+def test_every_unrecorded_floor_is_named_with_its_figure():
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        floors.unrecorded("cpu-x", "full", {"p vs stock": (1.2, "stock 1.2 s"), "p vs peer": (1.1, "peer 1.1 s")})
+    reason = str(skipped.value)
+    assert "'p vs stock' measured 1.200x (stock 1.2 s)" in reason and "'p vs peer' measured 1.100x" in reason, reason
+    assert '"p vs stock": {"floor": 1.08' in reason and '"p vs peer": {"floor": 0.99' in reason, reason
 
 
 @pytest.mark.parametrize(("ratios", "calls"), [([2.5], [1]), ([1.5, 2.5], [1, 2]), ([1.5, 1.6], [1, 2])])

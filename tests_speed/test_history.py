@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from harness.speed.baselines import save_baseline
-from harness.speed.history import HistoryError, accept, append, load_history, main, save_history
+from harness.speed.history import HistoryError, accept, append, load_history, main, night_id, save_history
 
 KEY = "cpu-test-avx2-2c-2t__torch-2.14.1__omnivoice-0.2.1"
 
@@ -235,3 +235,125 @@ def test_a_wall_time_night_beside_competing_work_is_not_judged(tmp_path, capsys)
     assert main(["check", str(history)]) == 3
     out = capsys.readouterr().out
     assert "not judged (busy machine)" in out and "waited for a CPU 50%" in out and "SLOWER" not in out
+
+
+def busy_night(tmp_path, day: int, level: float = 1.0, name: str = "busy", **points):
+    """A run measured beside competing work (its process waited for a CPU half its time)."""
+    run = run_file(tmp_path / f"{name}{day}.json", {"p": level, **points},
+                   f"2026-11-{day:02d}T03:17:00+00:00" if day <= 30 else f"2026-12-{day - 30:02d}T03:17:00+00:00",
+                   commit=f"{day:040x}")
+    data = json.loads(run.read_text())
+    data["machine"]["conditions"] = {"load_average": 3.8, "cpus": 2, "steal_share": 0.0, "wait_share": 0.5}
+    run.write_text(json.dumps(data))
+    return run
+
+
+def test_nights_not_judged_in_a_row_fail_past_the_historys_limit(tmp_path, capsys):
+    """Busy nights are not judged (exit 3) up to the history's stated limit of nights in a row (written into the
+    file, 7 unless set); the night that passes it fails (exit 1), naming the point, the streak, the limit and what
+    to do, and a quiet night ends the streak. Busy nights used to exit 3 for ever: a slowdown landing in a busy
+    stretch was never judged."""
+    from harness.speed.history import NOT_JUDGED_LIMIT
+
+    history = nightly(tmp_path, STEADY)
+    assert json.loads(history.read_text())["not_judged_limit"] == NOT_JUDGED_LIMIT
+    first = len(STEADY) + 1
+    for day in range(first, first + NOT_JUDGED_LIMIT):
+        append(history, [busy_night(tmp_path, day, level=1.3)])  # 30% slower, in a busy stretch
+    capsys.readouterr()
+    assert main(["check", str(history)]) == 3
+    out = capsys.readouterr().out
+    assert f"{NOT_JUDGED_LIMIT} nights in a row, the history allows {NOT_JUDGED_LIMIT}" in out, out
+    append(history, [busy_night(tmp_path, first + NOT_JUDGED_LIMIT, level=1.3)])
+    out_dir = tmp_path / "out"
+    assert main(["check", str(history), "--out", str(out_dir)]) == 1
+    summary = (out_dir / "summary.md").read_text()
+    assert f"Not judged for {NOT_JUDGED_LIMIT + 1} nights in a row: this night fails" in summary, summary
+    assert f"wall time of p not judged for {NOT_JUDGED_LIMIT + 1} nights" in summary
+    assert f"the history allows {NOT_JUDGED_LIMIT}" in summary
+    assert "quiet machine" in summary and "--label judge-busy" in summary and "--not-judged-limit" in summary
+    [alarm] = json.loads((out_dir / "alarms.json").read_text())
+    assert (alarm["kind"], alarm["streak"], alarm["limit"]) == ("not judged", NOT_JUDGED_LIMIT + 1, NOT_JUDGED_LIMIT)
+    assert "not judged for" in (out_dir / "index.html").read_text()
+    # the limit is the history's: raised knowingly, the same streak is within it
+    assert main(["append", str(history), str(tmp_path / f"busy{first}.json"),
+                 "--not-judged-limit", str(NOT_JUDGED_LIMIT + 2)]) == 0
+    assert load_history(history).not_judged_limit == NOT_JUDGED_LIMIT + 2
+    assert main(["check", str(history)]) == 3
+    # a quiet night ends the streak and is judged: the slowdown that landed in the busy stretch is seen
+    append(history, [run_file(tmp_path / "quiet.json", {"p": 1.3}, "2026-12-05T03:17:00+00:00")])
+    assert main(["check", str(history)]) == 1
+    assert "SLOWER" in capsys.readouterr().out
+
+
+def test_a_night_labelled_judge_busy_is_judged_whatever_its_load(tmp_path, capsys):
+    """The person says the load is the runner's normal: the night is judged (a 30% slowdown fails it)."""
+    history = nightly(tmp_path, STEADY)
+    main(["append", str(history), str(busy_night(tmp_path, len(STEADY) + 1, level=1.3)), "--label", "judge-busy"])
+    capsys.readouterr()
+    assert main(["check", str(history)]) == 1
+    assert "**SLOWER**" in capsys.readouterr().out
+
+
+def test_the_night_after_an_accepted_slowdown_is_judged(tmp_path, capsys):
+    """`history accept` after a 10% slowdown, then a night a further 25% slower: that night fails, judged against
+    the accepted level (it was the first of five "learning" nights, which raised nothing)."""
+    from datetime import datetime, timedelta, timezone
+
+    history = nightly(tmp_path, STEADY + [1.10, 1.101], other=0.5)
+    h = load_history(history)
+    began = h.nights[len(STEADY)].id
+    assert main(["accept", str(history), "p", "--night", began, "--reason", "bigger model, on purpose"]) == 0
+    capsys.readouterr()
+    assert main(["check", str(history)]) == 0
+    tomorrow = (datetime.now(timezone.utc) + timedelta(days=1)).isoformat(timespec="seconds")
+    append(history, [run_file(tmp_path / "worse.json", {"p": 1.10 * 1.25, "other": 0.5}, tomorrow, commit="f" * 40)])
+    out = tmp_path / "out"
+    assert main(["check", str(history), "--out", str(out)]) == 1
+    alarms = json.loads((out / "alarms.json").read_text())
+    assert [(a["point"], a["began"], a["kind"]) for a in alarms] == [("p", load_history(history).nights[-1].id,
+                                                                      "slower")], alarms
+    assert abs(alarms[0]["change"] - 0.25) < 0.01, alarms
+
+
+def test_each_statistical_history_spends_its_share_of_the_suites_alpha(tmp_path, capsys):
+    """alpha is one false alarm per 100 clean nights for the whole suite: each of the statistical histories it
+    keeps (CPU wall time, CPU instructions, GPU wall time) spends alpha / 3, whatever number of files one `check`
+    is given (each runner checks its own). A night between the per-file threshold and the suite's share: an alarm
+    under alpha per file (the old rule, `--statistical-histories 1`), none under the suite's share; and a call
+    with more statistical histories than the suite declares is refused."""
+    import statistics
+
+    from harness.speed.changes import ALPHA, STATISTICAL_HISTORIES, Rule, check_history, predictive, step_threshold
+
+    steady = [float(np.exp(0.02 * v)) for v in np.random.default_rng(3).standard_normal(20)]
+    x = np.log(steady)
+    mu, sigma, n = statistics.median(x), statistics.stdev(x), len(x)
+    per_file = step_threshold(Rule(points=1, histories=1).budget, n)
+    share = step_threshold(Rule(points=1).budget, n)
+    assert share > per_file
+    tonight = float(np.exp(mu + (per_file + share) / 2 * predictive(sigma, n)))
+    assert tonight / np.exp(mu) - 1 > 0.05, "tonight is under the one-night floor: the test shows nothing"
+    history = nightly(tmp_path, steady + [tonight])
+    reports = check_history(load_history(history))
+    assert [r.rule.history_alpha for r in reports] == [pytest.approx(ALPHA / len(STATISTICAL_HISTORIES))]
+    assert reports[0].rule.budget == pytest.approx(ALPHA / len(STATISTICAL_HISTORIES) / 2)
+    assert main(["check", str(history)]) == 0, capsys.readouterr().out
+    assert f"{ALPHA / 3:.4g} for this history (one of 3 statistical histories" in capsys.readouterr().out
+    assert main(["check", str(history), "--statistical-histories", "1"]) == 1
+    # the CPU runner's call: wall time and instructions (exact counts spend none); the GPU runner's: wall time only
+    (tmp_path / "counts").mkdir()
+    counts = nightly(tmp_path / "counts", [1e9] * 5)
+    data = json.loads(counts.read_text())
+    for night in data["nights"]:
+        night["points"]["p"]["metric"] = "instructions"
+        night["id"] = night_id(night["date"], night["commit"], night["points"])
+    counts.write_text(json.dumps(data))
+    for files in ([history, counts], [history]):
+        shares = [r.rule.history_alpha for path in files for r in check_history(load_history(path))]
+        assert shares == [pytest.approx(ALPHA / 3)] * len(files), (files, shares)
+    capsys.readouterr()
+    assert main(["check", str(history), str(counts), str(history), str(counts)]) == 2
+    assert "--statistical-histories" in capsys.readouterr().err
+    assert main(["check", str(history), str(counts), str(history), str(counts),
+                 "--statistical-histories", "4"]) == 0

@@ -20,14 +20,11 @@ from fastpath.instance import overridden
 from harness import REPO_ROOT
 from harness.machine import device_key, hardware_key, machine_info
 from harness.points import point
-from harness.speed.baselines import (
-    BaselineError,
-    add_points,
-    load_baseline,
-)
+from harness.speed.baselines import BaselineError, PointSamples, add_points, load_baseline, read_run
+from harness.speed.compare import gate_on_baseline, judge_points
 from harness.speed.floors import gated_ratio
 from harness.speed.measure import on_llm_forward
-from harness.speed.streaming import interleaved_listens, listen_stream, playback, stream_bases, stream_failures
+from harness.speed.streaming import interleaved_listens, listen_stream, playback
 
 HANG = 600.0  # seconds: a hang guard for the wait below, not a bound (a busy machine may take minutes)
 STEPS = 8  # as the README's CPU grid: every step has the same shapes, so fewer steps scale the time, not the ratio
@@ -112,39 +109,28 @@ def test_stream_ttfa_beats_a_whole_generate(full_model, full_checkpoint, slowdow
 def test_stream_against_the_stored_baseline(full_model, full_checkpoint, slowdown, request):
     """TTFA and total underrun of the stream (lossless stack) vs baselines/<device key>.json: a point regresses
     when its median is more than 10% worse AND Mann-Whitney p < 0.002 (harness.speed.compare); an underrun whose
-    baseline median is 0 (the device kept up) regresses above baselines.NON_NEGATIVE's slack."""
+    baseline median is 0 (the device kept up) regresses above baselines.NON_NEGATIVE's slack. Both are judged before
+    one the file lacks is reported (harness.speed.compare.gate_on_baseline)."""
     info = machine_info("cpu")
     key = device_key(info)
     path = REPO_ROOT / "baselines" / f"{key}.json"
     model = slowdown(full_model)
     kwargs = dict(point(BASELINE_POINT).generate_kwargs(model), num_step=STEPS)
     variants = {"stream+lossless": ("stream", "lossless")}
+    names = {metric: f"stream/{BASELINE_POINT}@{STEPS}/{metric}" for metric in ("ttfa", "underrun")}
 
     def measure() -> dict:
         rounds = interleaved_listens(model, kwargs, BASELINE_ROUNDS, variants)["stream+lossless"]["rounds"]
-        return {"ttfa": [r.ttfa for r in rounds], "underrun": [r.underrun for r in rounds]}
+        return {names["ttfa"]: PointSamples(names["ttfa"], "ttfa", tuple(r.ttfa for r in rounds)),
+                names["underrun"]: PointSamples(names["underrun"], "underrun", tuple(r.underrun for r in rounds))}
 
-    names = {metric: f"stream/{BASELINE_POINT}@{STEPS}/{metric}" for metric in ("ttfa", "underrun")}
     samples = measure()
     if request.config.getoption("save_baseline"):
-        points = {name: {"metric": metric, "samples": samples[metric],
+        points = {name: {"metric": s.metric, "samples": list(s.samples),
                          "extra": {"checkpoint": full_checkpoint.identity, "steps": STEPS}}
-                  for metric, name in names.items()}
+                  for name, s in samples.items()}
         add_points(path, device_key=key, machine=info, points=points, command=SAVE_COMMAND)
-    try:
-        baseline = load_baseline(path, key, SAVE_COMMAND)
-    except BaselineError as err:
-        if not path.exists():
-            pytest.skip(str(err))  # says the exact command that creates it
-        raise
-    missing = [name for name in names.values() if name not in baseline["points"]]
-    if missing:
-        pytest.skip(f"{path} has no point {missing[0]}; add it with: {SAVE_COMMAND}")
-    bases = stream_bases(baseline, names)
-    failures = stream_failures(bases, samples, path.name)
-    if failures:  # measured once more: the fresh samples, on their own, must regress too
-        failures = stream_failures(bases, measure(), path.name)
-    assert not failures, "streaming got slower:\n  " + "\n  ".join(failures)
+    gate_on_baseline(request.config, path, key, samples, SAVE_COMMAND, remeasure=measure)
 
 
 def test_listen_stream_reads_every_piece(model):
@@ -168,13 +154,18 @@ def test_a_device_that_keeps_up_saves_zero_underruns_and_is_gated_by_the_slack(t
     add_points(path, device_key="cpu-test", machine=machine, points=points, command=SAVE_COMMAND)
     resaved = {names["ttfa"]: {"metric": "ttfa", "samples": [1.0, 1.1, 1.0, 1.2, 1.1, 1.05]}}
     add_points(path, device_key="cpu-test", machine=machine, points=resaved, command=SAVE_COMMAND)
-    bases = stream_bases(load_baseline(path, "cpu-test", SAVE_COMMAND), names)
-    assert bases["underrun"].median == 0.0 and bases["ttfa"].max_slowdown == 0.3
-    same = {"ttfa": [1.3, 1.35, 1.3, 1.4, 1.3, 1.35], "underrun": [0.0, 0.02, 0.0, 0.05, 0.0, 0.01]}  # +25% < 30%
-    assert stream_failures(bases, same, path.name) == []
-    waits = {"ttfa": same["ttfa"], "underrun": [0.4, 0.5, 0.45, 0.6, 0.5, 0.55]}
-    (failure,) = stream_failures(bases, waits, path.name)
-    assert "underrun: now waits 0.50 s" in failure, failure
+    stored = read_run(load_baseline(path, "cpu-test", SAVE_COMMAND)).points
+    assert stored[names["underrun"]].median == 0.0 and stored[names["ttfa"]].max_slowdown == 0.3
+
+    def run(ttfa, underrun):
+        return {names["ttfa"]: PointSamples(names["ttfa"], "ttfa", tuple(ttfa)),
+                names["underrun"]: PointSamples(names["underrun"], "underrun", tuple(underrun))}
+
+    same = run([1.3, 1.35, 1.3, 1.4, 1.3, 1.35], [0.0, 0.02, 0.0, 0.05, 0.0, 0.01])  # +25% < 30%
+    assert judge_points(stored, same, path.name) == ([], [])
+    waits = run([1.3, 1.35, 1.3, 1.4, 1.3, 1.35], [0.4, 0.5, 0.45, 0.6, 0.5, 0.55])
+    (failure,), missing = judge_points(stored, waits, path.name)
+    assert "underrun: now waits 0.50 s" in failure and not missing, failure
     with pytest.raises(BaselineError, match="negative"):
         add_points(path, device_key="cpu-test", machine=machine, command=SAVE_COMMAND,
                    points={names["underrun"]: {"metric": "underrun", "samples": [0.0, -0.1] * 3}})

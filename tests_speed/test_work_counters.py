@@ -17,7 +17,7 @@ import torch
 
 import fastpath
 from fastpath import loop
-from harness import REPO_ROOT
+from harness import REPO_ROOT, strict
 from harness.parity import POINTS
 from harness.speed import measure
 from harness.speed.measure import count_work, sequence_lengths
@@ -209,7 +209,14 @@ def test_flops_match_the_recorded_counts(model, checkpoint, point, request):
         WORK_FILE.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     recorded = data["entries"].get(key, {}).get(point)
     if recorded is None:
-        pytest.skip(f"no recorded work counts for {key} / {point}; record them with: {SAVE_COMMAND}")
+        base = work_key(checkpoint)
+        layouts = sorted(k.removeprefix(base) or "(no extra rows)" for k in data["entries"] if k.startswith(base))
+        if not layouts or any(point not in data["entries"][k] for k in data["entries"] if k.startswith(base)):
+            strict.missing(request.config, f"no recorded work counts of {point} for {base} (this checkpoint, torch "
+                           f"and omnivoice)", f"record them with: {SAVE_COMMAND}")
+        strict.not_judged(f"the stack's packed layout on this machine ({key.removeprefix(base) or 'no extra rows'}) "
+                          f"has no recorded work counts (recorded layouts: {', '.join(layouts)})",
+                          f"record this machine's with: {SAVE_COMMAND}")
     assert got == recorded, f"{point}: work changed (measured vs recorded):\n{got}\n{recorded}"
     if counts is not None:  # else the stack runs stock's layout: the same arithmetic
         assert got["fastpath"]["flops"] < got["stock"]["flops"]

@@ -20,7 +20,10 @@ that history would have raised):
     run length so that its false alarms spend the other half of the budget, and the nights since S last left 0 sit
     at least ``DRIFT_FLOOR`` above the level on average.
 * **Suite-wide control**: ``alpha`` (default 0.01: one false alarm per 100 clean nights for the whole suite) is
-  split evenly over the points (Bonferroni), then over the two rules. The budget is nominal under Gaussian noise;
+  split evenly over the statistical histories the suite keeps (``STATISTICAL_HISTORIES``: CPU wall time, CPU
+  instructions, GPU wall time; the exact counts have no noise and spend none), then over each history's points
+  (Bonferroni), then over the two rules. Each history's share is fixed by that declaration, not by how many files
+  one `history check` is given (each runner checks its own). The budget is nominal under Gaussian noise;
   `fastpath-suite history rates` measures what it gives on real nights (docs/results.md).
 * **When it began**: at an alarm, ruptures' Pelt (l1 cost, ``jump=1``, ``min_size=1``) on the standardised
   segment; the change began at its last breakpoint, penalty ``PELT_PENALTY`` (calibrated by simulation, same page).
@@ -30,6 +33,11 @@ that history would have raised):
   the level) is noted and fails nothing; its nights stay in the reference, so the level follows it as the window
   fills (taking it as the new level at once made every false speedup a new, short reference: measured, a cascade
   of false alarms).
+* **After an accepted change** the nights are judged at once against the accepted level: the median of the new
+  segment's nights, with the noise (and its degrees of freedom) carried from the reference before the change until
+  the segment has ``MIN_NIGHTS`` nights of its own. While the noise is carried only the one-night step judges (its
+  z is scaled by the spread of a new night about a median of the few new nights); the CUSUMs start with the
+  segment's own noise (a level from one or two nights shifts every later z alike, which a cumulative sum adds up).
 """
 
 from __future__ import annotations
@@ -43,6 +51,10 @@ import numpy as np
 from scipy import optimize, stats
 
 ALPHA = 0.01  # false alarms per clean night, the whole suite
+# The histories the suite judges statistically (.github/workflows/nightly.yml: the CPU runner's wall time and
+# instructions, the GPU runner's wall time): each spends ALPHA / len(STATISTICAL_HISTORIES). The exact counts spend
+# none (no noise: any change is named). A suite that keeps more says so: `history check --statistical-histories N`.
+STATISTICAL_HISTORIES = ("CPU wall time", "CPU instructions", "GPU wall time")
 MIN_NIGHTS = 5  # reference nights before the rule may alarm ("learning" before)
 WINDOW = 30  # the reference: the latest in-control nights of the segment
 STEP_FLOOR = 0.05  # a one-night alarm needs a median >= 5% above the level
@@ -95,7 +107,7 @@ def within_night_sigma(samples, axis: int = -1):
 class Event:
     """A change the rule found on one point. Night positions index the point's own series."""
 
-    kind: str  # "slower" or "faster"
+    kind: str  # "slower", "faster", or "changed" (exact counts: more of some kind and fewer of another)
     rule: str  # "step" or "cusum"
     began: int  # first night of the new level (Pelt's last breakpoint)
     alarmed: int  # the night the rule fired
@@ -118,7 +130,12 @@ class Trace:
 
     @property
     def open(self) -> list:
-        return [e for e in self.events if e.kind == "slower" and e.status == "open"]
+        return [e for e in self.events if e.kind in ALARM_KINDS and e.status == "open"]
+
+
+# the kinds of change that fail the night until fixed or accepted: more work, and a changed mix of operators (more
+# of one kind for fewer of another is not a speedup: an exp costs more than an add)
+ALARM_KINDS = ("slower", "changed")
 
 
 def check_alpha(alpha) -> float:
@@ -136,11 +153,13 @@ def check_alpha(alpha) -> float:
 
 @dataclass(frozen=True)
 class Rule:
-    """The rule's settings; ``points`` is how many points share the suite-wide budget ``alpha``. The floors and the
-    noise's floor are the metric's (``METRIC_RULES``)."""
+    """The rule's settings for one point of one history: the suite-wide budget ``alpha`` is split over
+    ``histories`` statistical histories, then over the history's ``points``, then over the two rules. The floors and
+    the noise's floor are the metric's (``METRIC_RULES``)."""
 
     points: int = 1
     alpha: float = ALPHA
+    histories: int = len(STATISTICAL_HISTORIES)
     min_nights: int = MIN_NIGHTS
     window: int = WINDOW
     step_floor: float = STEP_FLOOR
@@ -154,11 +173,18 @@ class Rule:
         check_alpha(self.alpha)
         if self.points < 1:
             raise ValueError(f"points {self.points!r}: the budget is split over at least one point")
+        if self.histories < 1:
+            raise ValueError(f"histories {self.histories!r}: the budget is split over at least one history")
+
+    @property
+    def history_alpha(self) -> float:
+        """False alarms per clean night for this point's history: its share of the suite's alpha."""
+        return self.alpha / self.histories
 
     @property
     def budget(self) -> float:
         """False alarms per night for one rule on one point."""
-        return self.alpha / self.points / 2
+        return self.history_alpha / self.points / 2
 
     @property
     def h(self) -> float:
@@ -186,13 +212,18 @@ def scan(x, within=None, rule: Rule = Rule(), accepted=frozenset(), unjudged=fro
         rule: the settings.
         accepted: night positions a person accepted a change at: there a new segment begins (an open slowdown
             closes as accepted, or the night's own alarm is accepted, or the acceptance is kept as an event), and its
-            nights are the reference from then on, whatever night the change is later placed on.
+            nights are the reference from then on, whatever night the change is later placed on. A dict maps each to
+            the last night the person had seen when accepting (a set: the accepted night itself): the nights up to
+            it are part of what was accepted (in the reference, not judged); the nights after it are judged at once
+            against the new segment's level, with the noise carried from before the change until the segment has
+            ``min_nights`` nights of its own.
         unjudged: night positions measured beside competing work (harness.speed.conditions): shown, never judged,
             never in the reference.
     """
     x = np.asarray(x, dtype=float)
     within = np.zeros_like(x) if within is None else np.asarray(within, dtype=float)
     xs, ws = x.tolist(), within.tolist()
+    accepted = dict(accepted) if isinstance(accepted, dict) else {a: a for a in accepted}  # night -> seen through
     use_sd = rule.scale == "sd"
     efficiency = 1.0 if use_sd else MAD_EFFICIENCY
     h = rule.h
@@ -202,34 +233,53 @@ def scan(x, within=None, rule: Rule = Rule(), accepted=frozenset(), unjudged=fro
     up = down = 0.0  # the CUSUMs
     up_start = down_start = 0
     current: Event | None = None
-    held = None  # (mu, sigma, nights) of the level before an open slowdown: what it is judged against until closed
+    held = None  # (mu, sigma, n_level, n_noise) before an open slowdown: what it is judged against until closed
+    carried = None  # (sigma, n_noise): the noise before an accepted change, until its segment has min_nights nights
+    seen = -1  # the last night of an accepted change that the person had seen when accepting it
     calm = 0  # nights in a row back near the old level, while a slowdown is open
+
+    def restart(sigma: float, n_noise: int):
+        """A new segment at an accepted night: its noise is carried when it was learned (min_nights or more)."""
+        return (sigma, n_noise) if n_noise >= rule.min_nights else None
+
     for t in range(len(x)):
         if t in unjudged:
             trace.level.append(None), trace.sigma.append(None), trace.status.append("not judged")
             continue
-        if current is None and len(ref) < rule.min_nights and t not in accepted:
+        if carried is not None and len(ref) >= rule.min_nights:
+            carried = None  # the segment has noise of its own now
+        if current is None and carried is None and len(ref) < rule.min_nights and t not in accepted:
             ref.append(t)
             trace.level.append(None), trace.sigma.append(None), trace.status.append("learning")
             continue
         if current is not None:
-            mu, sigma, n = held
+            mu, sigma, n_level, n_noise = held
         elif ref:
             recent = ref[-rule.window:]
             window = [xs[r] for r in recent]  # lists, not arrays: statistics.median of <= 30 values is ~10x numpy's
             mu = statistics.median(window)
-            spread = 0.0 if len(window) < 2 else (statistics.stdev(window) if use_sd else
-                                                   MAD_SCALE * statistics.median([abs(v - mu) for v in window]))
-            sigma, n = max(spread, statistics.median([ws[r] for r in recent]), rule.min_sigma), len(window)
+            error = statistics.median([ws[r] for r in recent])
+            if carried is not None:  # the accepted level, judged with the noise from before the change
+                sigma, n_noise = max(carried[0], error, rule.min_sigma), carried[1]
+            else:
+                spread = 0.0 if len(window) < 2 else (statistics.stdev(window) if use_sd else
+                                                       MAD_SCALE * statistics.median([abs(v - mu) for v in window]))
+                sigma, n_noise = max(spread, error, rule.min_sigma), len(window)
+            n_level = len(window)
         else:  # an accepted night with nothing before it
-            mu, sigma, n = xs[t], max(ws[t], rule.min_sigma), 1
+            mu, sigma, n_level, n_noise = xs[t], max(ws[t], rule.min_sigma), 1, 1
         trace.level.append(mu), trace.sigma.append(sigma)
-        z = (xs[t] - mu) / predictive(sigma, n)
+        z = (xs[t] - mu) / predictive(sigma, n_level)
+        if t <= seen and t not in accepted:  # seen and accepted with the change: the new level, not judged
+            ref.append(t)
+            trace.status.append("ok")
+            continue
         if current is not None:  # a slowdown is open: fixed, accepted, or still there
             calm = calm + 1 if z < 1.0 else 0
             if t in accepted:
                 current.status, current.closed = "accepted", t
                 current, held, ref, up, down = None, None, [t], 0.0, 0.0
+                carried, seen = restart(sigma, n_noise), accepted[t]
                 trace.status.append("ok")
             elif calm >= RECOVER_NIGHTS:
                 current.status, current.closed = "recovered", t
@@ -239,36 +289,43 @@ def scan(x, within=None, rule: Rule = Rule(), accepted=frozenset(), unjudged=fro
             else:
                 trace.status.append("open")
             continue
-        if up == 0.0:
-            up_start = t
-        if down == 0.0:
-            down_start = t
-        up = max(0.0, up + z - rule.k)
-        down = max(0.0, down - z - rule.k)
-        limit = step_threshold(rule.budget, n, efficiency)
+        judged = n_noise >= rule.min_nights
+        cumulative = judged and carried is None  # the CUSUMs wait for the segment's own noise
+        if cumulative:
+            if up == 0.0:
+                up_start = t
+            if down == 0.0:
+                down_start = t
+            up = max(0.0, up + z - rule.k)
+            down = max(0.0, down - z - rule.k)
+        limit = step_threshold(rule.budget, n_noise, efficiency)
         excess = xs[t] - mu
         fired = None
-        if n >= rule.min_nights and z > limit and excess > floor_step:
+        if judged and z > limit and excess > floor_step:
             fired = ("slower", "step", t)
-        elif n >= rule.min_nights and up > h and statistics.fmean(xs[up_start:t + 1]) - mu > floor_drift:
+        elif cumulative and up > h and statistics.fmean(xs[up_start:t + 1]) - mu > floor_drift:
             fired = ("slower", "cusum", up_start)
-        elif n >= rule.min_nights and down > h and mu - statistics.fmean(xs[down_start:t + 1]) > floor_step:
+        elif cumulative and down > h and mu - statistics.fmean(xs[down_start:t + 1]) > floor_step:
             fired = ("faster", "cusum", down_start)
         if fired is None:
             if t in accepted:  # accepted before (or without) an alarm: kept as an event, the segment restarts
                 trace.events.append(Event(kind="slower", rule="accepted", began=t, alarmed=t, z=float(z),
                                           level=math.exp(mu), change=math.expm1(excess), status="accepted", closed=t))
                 ref, up, down = [t], 0.0, 0.0
+                carried, seen = restart(sigma, n_noise), accepted[t]
             else:
                 ref.append(t)
             trace.status.append("ok")
             continue
         kind, which, fallback = fired
-        start = ref[-rule.window:][0] if ref else t
-        began = locate(x, start, t, mu, sigma, rule.penalty)
-        if began is None or began > t:
-            began = fallback
-        began = first_changed(xs, began, t, mu, xs[t] if which == "step" else None, kind)
+        if t in accepted:  # the person placed this change: it began tonight
+            began = t
+        else:
+            start = ref[-rule.window:][0] if ref else t
+            began = locate(x, start, t, mu, sigma, rule.penalty)
+            if began is None or began > t:
+                began = fallback
+            began = first_changed(xs, began, t, mu, xs[t] if which == "step" else None, kind)
         event = Event(kind=kind, rule=which, began=began, alarmed=t, z=float(z), level=math.exp(mu),
                       change=math.expm1(statistics.median(xs[began:t + 1]) - mu))
         trace.events.append(event)
@@ -282,10 +339,11 @@ def scan(x, within=None, rule: Rule = Rule(), accepted=frozenset(), unjudged=fro
         if t in accepted:
             event.status, event.closed = "accepted", t
             ref = [t]
+            carried, seen = restart(sigma, n_noise), accepted[t]
             trace.status.append("ok")
         else:
             ref = [r for r in ref if r < began]
-            current, held, calm = event, (mu, sigma, n), 0
+            current, held, calm = event, (mu, sigma, n_level, n_noise), 0
             trace.status.append("alarm")
     return trace
 
@@ -313,11 +371,32 @@ class PointReport:
     trace: Trace
     tonight: bool  # measured on the history's latest night
     not_judged: dict = field(default_factory=dict)  # position -> why (measured beside competing work)
+    rule: Rule | None = None  # the statistical rule it was judged by (None: exact counts)
+    not_judged_limit: int | None = None  # the history's limit on nights in a row not judged (None: no limit)
+
+    @property
+    def not_judged_streak(self) -> int:
+        """Nights in a row not judged, ending tonight (0 when tonight was judged or the point not measured)."""
+        if not self.tonight:
+            return 0
+        streak = 0
+        for status in reversed(self.trace.status):
+            if status != "not judged":
+                break
+            streak += 1
+        return streak
+
+    @property
+    def over_limit(self) -> bool:
+        """Tonight ends a streak of nights not judged longer than the history allows: the night fails (a slowdown
+        landing in such a stretch would go unjudged for as long as it lasts)."""
+        return self.not_judged_limit is not None and self.not_judged_streak > self.not_judged_limit
 
     @property
     def status(self) -> str:
-        """"alarm" (a slowdown open), "learning", "not judged" (tonight measured beside competing work), "faster"
-        (a speedup noted tonight), "ok", or "missing" tonight."""
+        """"alarm" (a slowdown or changed mix open), "learning", "not judged" (tonight measured beside competing
+        work; `over_limit` says whether the streak fails the night), "faster" (a speedup noted tonight), "ok", or
+        "missing" tonight."""
         if self.trace.open:
             return "alarm"
         if not self.tonight:
@@ -345,20 +424,34 @@ COUNTERS = ("ops", "bytes", "flops", "llm_calls", "llm_positions", "head_rows", 
             "reference_encodes")
 
 
-def differences(before: dict, after: dict) -> list:
-    """What changed between two nights' counts of one point, exactly: each counter, then each operator."""
-    out = [f"{k}: {before.get(k, 0):,} -> {after.get(k, 0):,} ({after.get(k, 0) - before.get(k, 0):+,})"
-           for k in COUNTERS if before.get(k) != after.get(k)]
+def moves(before: dict, after: dict) -> list:
+    """(name, before, after, unit) of every counter, then every operator kind, whose count differs between two
+    nights' counts of one point."""
+    out = [(k, before.get(k, 0), after.get(k, 0), "") for k in COUNTERS if before.get(k, 0) != after.get(k, 0)]
     kinds_a, kinds_b = before.get("by_kind", {}), after.get("by_kind", {})
-    for op in sorted(set(kinds_a) | set(kinds_b)):
-        a, b = kinds_a.get(op, 0), kinds_b.get(op, 0)
-        if a != b:
-            out.append(f"{op}: {a:,} -> {b:,} calls ({b - a:+,})")
+    out += [(op, kinds_a.get(op, 0), kinds_b.get(op, 0), " calls") for op in sorted(set(kinds_a) | set(kinds_b))
+            if kinds_a.get(op, 0) != kinds_b.get(op, 0)]
     return out
 
 
-def rule_for(metric: str, points: int, alpha: float = ALPHA) -> Rule:
-    return Rule(points=points, alpha=alpha, **METRIC_RULES.get(metric, {}))
+def differences(before: dict, after: dict) -> list:
+    """What changed between two nights' counts of one point, exactly: each counter, then each operator."""
+    return [f"{name}: {a:,} -> {b:,}{unit} ({b - a:+,})" for name, a, b, unit in moves(before, after)]
+
+
+def exact_kind(before: dict, after: dict) -> str | None:
+    """How two nights' counts differ: None (the same), "slower" (more of something, less of nothing), "faster" (less
+    of something, more of nothing) or "changed" (more of some counter or operator kind and less of another: a mix
+    whose cost the counts cannot rank, so it is judged as a slowdown is)."""
+    found = moves(before, after)
+    more, fewer = any(b > a for _, a, b, _ in found), any(b < a for _, a, b, _ in found)
+    if more and fewer:
+        return "changed"
+    return "slower" if more else "faster" if fewer else None
+
+
+def rule_for(metric: str, points: int, alpha: float = ALPHA, histories: int = len(STATISTICAL_HISTORIES)) -> Rule:
+    return Rule(points=points, alpha=alpha, histories=histories, **METRIC_RULES.get(metric, {}))
 
 
 def exact_counts(night, point: str) -> dict:
@@ -369,9 +462,11 @@ def exact_counts(night, point: str) -> dict:
 
 def scan_exact(counts: list, accepted=frozenset()) -> Trace:
     """Exact counts night by night (dicts: counter -> number, "by_kind" -> {operator: calls}): the first night is the
-    level; a night whose counts differ from it is a change, named exactly (`differences`). More of any counter is a
-    slowdown, open until the counts return to the level or it is accepted (that night's counts become the level);
-    fewer of some and more of none is noted, and its counts become the level."""
+    level; a night whose counts differ from it is a change, named exactly (`differences`). More of any counter or
+    operator kind and less of none is a slowdown ("slower"); more of some and less of others is a changed mix
+    ("changed": four adds turned into four exps leave the totals equal, not the cost); either stays open until the
+    counts return to the level or it is accepted (that night's counts become the level). Less of some and more of
+    none is noted ("faster"), and its counts become the level."""
     trace = Trace()
     level = None
     current = None
@@ -395,16 +490,16 @@ def scan_exact(counts: list, accepted=frozenset()) -> Trace:
         if not changed:
             trace.status.append("ok")
             continue
-        more = any(now.get(k, 0) > level.get(k, 0) for k in COUNTERS)
-        event = Event(kind="slower" if more else "faster", rule="exact", began=t, alarmed=t, z=math.inf,
+        kind = exact_kind(level, now)
+        event = Event(kind=kind, rule="exact", began=t, alarmed=t, z=math.inf,
                       level=float(level.get("ops", 0)),
                       change=now["ops"] / level["ops"] - 1 if level.get("ops") else 0.0, detail=changed)
         trace.events.append(event)
-        if more and t not in accepted:
+        if kind in ALARM_KINDS and t not in accepted:
             current = event
             trace.status.append("alarm")
         else:
-            event.status, event.closed, level = ("accepted" if more else "noted"), t, now
+            event.status, event.closed, level = ("accepted" if kind in ALARM_KINDS else "noted"), t, now
             trace.status.append("ok")
     return trace
 
@@ -418,16 +513,55 @@ def unjudged(history) -> list:
             if any(n.points.get(p, {}).get("metric") in NON_NEGATIVE for n in history.nights)]
 
 
+JUDGE_BUSY = "judge-busy"  # a night's label (`history append --label`): judge its wall time whatever its load says
+
+
 def busy_nights(nights: list) -> dict:
-    """{position: why} of the nights measured beside competing work (harness.speed.conditions.busy)."""
+    """{position: why} of the nights measured beside competing work (harness.speed.conditions.busy), but those
+    appended with the label JUDGE_BUSY (the person says the load is the runner's normal, not competing work)."""
     from harness.speed.conditions import busy
 
-    return {i: why for i, n in enumerate(nights) if (why := busy((n.machine or {}).get("conditions")))}
+    return {i: why for i, n in enumerate(nights)
+            if JUDGE_BUSY not in n.labels and (why := busy((n.machine or {}).get("conditions")))}
 
 
-def check_history(history, alpha: float = ALPHA) -> list:
-    """PointReport for every point of a history (but the `unjudged` ones): each with its metric's rule, the budget
-    split over the points judged statistically. Wall-time nights measured beside competing work are not judged."""
+def seen_through(nights: list, began: int, date: str | None) -> int:
+    """The last night (position) measured before an acceptance made at ``date``: the nights the person saw, which are
+    part of what was accepted; from the next one on, nights are judged against the accepted level. Without a date
+    (a hand-written entry), the accepted night itself."""
+    from datetime import datetime, timezone
+
+    def when(text):  # a date without a zone is UTC (pytest-benchmark's "datetime")
+        try:
+            moment = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+    at = when(date) if date else None
+    last = began
+    if at is not None:
+        for i in range(began + 1, len(nights)):
+            night = when(nights[i].date)
+            if night is None or night > at:
+                break
+            last = i
+    return last
+
+
+def is_statistical(history) -> bool:
+    """Whether a history spends a share of the suite's alpha: it has a point judged with noise (wall time,
+    instructions), not exact counts alone."""
+    skip = set(unjudged(history))
+    return any(n.points[p].get("metric") not in EXACT_METRICS for n in history.nights for p in n.points
+               if p not in skip)
+
+
+def check_history(history, alpha: float = ALPHA, histories: int = len(STATISTICAL_HISTORIES)) -> list:
+    """PointReport for every point of a history (but the `unjudged` ones): each with its metric's rule, the
+    history's share of the suite's budget (alpha / ``histories``) split over its points judged statistically.
+    Wall-time nights measured beside competing work are not judged; each report carries the history's limit on
+    such nights in a row (``not_judged_limit``)."""
     alpha = check_alpha(alpha)
     skip = set(unjudged(history))
     names = [p for p in history.point_names if p not in skip]
@@ -439,15 +573,17 @@ def check_history(history, alpha: float = ALPHA) -> list:
         nights, x = history.series(name)
         metric = metric_of[name]
         position = {n.id: i for i, n in enumerate(nights)}
-        accepted = frozenset(position[a["night"]] for a in history.accepted
-                             if a["point"] == name and a["night"] in position)
+        accepted = {position[a["night"]]: seen_through(nights, position[a["night"]], a.get("date"))
+                    for a in history.accepted if a["point"] == name and a["night"] in position}
         not_judged = busy_nights(nights) if metric in WALL_METRICS else {}
+        rule = None
         if metric in EXACT_METRICS:
             trace = scan_exact([exact_counts(n, name) for n in nights], accepted)
         else:
             within = [within_night_sigma(n.points[name]["samples"]) for n in nights]
-            trace = scan(x, within, rule_for(metric, max(len(statistical), 1), alpha), accepted,
-                         frozenset(not_judged))
+            rule = rule_for(metric, max(len(statistical), 1), alpha, histories)
+            trace = scan(x, within, rule, accepted, frozenset(not_judged))
         reports.append(PointReport(point=name, metric=metric, nights=nights, x=x, trace=trace,
-                                   tonight=nights[-1].id == latest, not_judged=not_judged))
+                                   tonight=nights[-1].id == latest, not_judged=not_judged, rule=rule,
+                                   not_judged_limit=history.not_judged_limit))
     return reports

@@ -15,6 +15,9 @@ With few samples the test cannot reach alpha at all: the smallest one-sided p fo
 (every new sample slower than every base sample), e.g. 1/252 ~ 0.004 for 5 against 5. Such comparisons raise
 InsufficientSamplesError instead of passing by construction.
 
+The speed tests' gate against this machine's stored baseline is `gate_on_baseline`: every measured point the file
+has is judged (`judge_points`) before a point it lacks is reported, so a regression fails whatever else is missing.
+
 CLI::
 
     fastpath-suite compare BASE.json NEW.json [--out DIR] [--max-slowdown 0.10] [--alpha 0.002]
@@ -207,6 +210,68 @@ def should_remeasure(verdict: SpeedVerdict) -> bool:
     first), and the run fails only if that comparison regresses too.
     """
     return verdict.verdict == "regressed"
+
+
+def regression_line(base: PointSamples, verdict: SpeedVerdict, source: str) -> str:
+    """One line saying how a regressed point got worse, against `source` (the baseline file's name)."""
+    if base.median == 0:
+        worse = f"now waits {verdict.new_median:.2f} s (median) where it never did"
+    else:
+        worse = f"{verdict.change:+.1%} {'worse' if base.metric in NON_NEGATIVE else 'slower'}"
+    return f"{base.name}: {worse} (p={verdict.p_value:.2g}) vs {source}"
+
+
+def judge_points(stored: dict, measured: dict, source: str, remeasure=None) -> tuple[list, list]:
+    """Every measured point that has a stored one, judged by the rule before anything is said of those without one,
+    so that a regression found is reported whatever else is missing.
+
+    Args:
+        stored: {name: PointSamples} of the baseline (`read_run(data).points`: with each point's max_slowdown).
+        measured: {name: PointSamples} measured now.
+        source: the baseline's name, said in each line.
+        remeasure: () -> {name: PointSamples}, fresh samples of every point, called once when a point regressed
+            (`should_remeasure`): each such point is judged again on the fresh samples alone (not pooled), and
+            regresses only if they do too. None: judged once.
+
+    Returns (regressed, missing): one line per regressed point (`regression_line`), and the names of the measured
+    points the baseline lacks, in measured order. Prints one line per point judged.
+    """
+    verdicts = {name: compare_point(stored[name], new) for name, new in measured.items() if name in stored}
+    flagged = [name for name, v in verdicts.items() if should_remeasure(v)]
+    if flagged and remeasure is not None:
+        fresh = remeasure()
+        verdicts.update({name: compare_point(stored[name], fresh[name]) for name in flagged})
+    for v in verdicts.values():
+        print(f"{v.name}: base {v.base_median:.3f} new {v.new_median:.3f} change {v.change:+.1%} p {v.p_value:.2g} "
+              f"-> {v.verdict}{' (measured twice)' if v.name in flagged and remeasure is not None else ''}")
+    regressed = [regression_line(stored[name], v, source) for name, v in verdicts.items() if v.verdict == "regressed"]
+    return regressed, [name for name in measured if name not in stored]
+
+
+def gate_on_baseline(config, path, device_key: str, measured: dict, command: str, remeasure=None) -> None:
+    """A pytest speed test's gate against this machine's stored baseline (`baselines/<device key>.json` at `path`).
+
+    No file for this device key: not judged in either mode (a wall-time figure can only be recorded on the machine
+    it describes; `command` records it: harness.strict.not_judged). A corrupt or foreign file: BaselineError, an
+    error, never a pass. Then `judge_points`: a regression fails the test whatever else is missing; after it, a
+    measured point the file lacks is a missing input (harness.strict.missing: fails naming `command`, or not judged
+    under --no-strict-inputs). config: the pytest config (the strict mode)."""
+    import pytest
+
+    from harness import strict
+    from harness.speed.baselines import load_baseline
+
+    path = Path(path)
+    if not path.exists():
+        strict.not_judged(f"no speed baseline for this machine ({device_key}) at {path}",
+                          f"record it on this machine: {command}")
+    baseline = load_baseline(path, device_key, command)
+    regressed, missing = judge_points(read_run(baseline, str(path)).points, measured, path.name, remeasure)
+    if regressed:
+        pytest.fail("speed regressed:\n  " + "\n  ".join(regressed), pytrace=False)
+    if missing:
+        strict.missing(config, f"{path} has no point {', '.join(missing)} (the others were judged: none regressed)",
+                       f"record it on this machine: {command}")
 
 
 def format_table(verdicts: list[SpeedVerdict]) -> str:

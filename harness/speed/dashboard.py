@@ -12,7 +12,8 @@ from __future__ import annotations
 import html
 import math
 
-from harness.speed.changes import WALL_METRICS as WALL, PointReport
+from harness.speed.changes import ALARM_KINDS, JUDGE_BUSY, STATISTICAL_HISTORIES, PointReport
+from harness.speed.changes import WALL_METRICS as WALL
 
 WIDTH, HEIGHT, PAD = 760, 220, 48
 
@@ -45,22 +46,34 @@ def signal(metric: str) -> str:
 def event_line(report: PointReport, event) -> str:
     if event.rule == "exact":
         what = "; ".join(event.detail[:6]) + (f"; and {len(event.detail) - 6} more" if len(event.detail) > 6 else "")
-        return (f"{'more' if event.kind == 'slower' else 'less'} work since {began_text(report, event)}: {what}")
+        how = {"slower": "more work", "faster": "less work", "changed": "a changed mix of work (more of some, less "
+               "of others)"}[event.kind]
+        return f"{how} since {began_text(report, event)}: {what}"
     if event.rule == "accepted":
         return f"{event.change * 100:+.1f}% at {began_text(report, event)}, accepted before any alarm"
     return (f"{abs(event.change) * 100:.1f}% {event.kind} since {began_text(report, event)}, found "
             f"{report.nights[event.alarmed].date[:10]} by the {event.rule} rule (z = {event.z:.1f})")
 
 
+def streak_text(report: PointReport) -> str:
+    """"3 nights in a row, the history allows 7": how long tonight's streak of nights not judged is."""
+    n = report.not_judged_streak
+    allowed = "" if report.not_judged_limit is None else (
+        f", over the history's limit of {report.not_judged_limit}" if report.over_limit else
+        f", the history allows {report.not_judged_limit}")
+    return f"{n} night{'s' if n != 1 else ''} in a row{allowed}"
+
+
 def judged_by(sections: list) -> str:
-    """One line: which signals tonight was judged by, and why wall time was not, if it was not."""
+    """One line: which signals tonight was judged by, and why wall time was not, if it was not (and for how many
+    nights in a row)."""
     judged, not_judged = [], []
     for _, reports in sections:
         for r in reports:
             name = signal(r.metric)
             if r.status == "not judged":
                 why = r.not_judged.get(len(r.x) - 1, "")
-                not_judged.append(f"{name} ({why})")
+                not_judged.append(f"{name} ({why}; {streak_text(r)})")
             elif r.status != "missing" and name not in judged:
                 judged.append(name)
     judged = [j for j in judged if not any(n.startswith(j + " ") for n in not_judged)]
@@ -70,28 +83,61 @@ def judged_by(sections: list) -> str:
     return line
 
 
+def over_limit_text(history_path, reports: list) -> str:
+    """Why a streak of nights not judged fails the night, and what to do."""
+    r = max(reports, key=lambda x: x.not_judged_streak)
+    since = r.nights[-r.not_judged_streak].date[:10]
+    points = (", ".join(x.point for x in reports) if len({x.not_judged_streak for x in reports}) == 1 else
+              ", ".join(f"{x.point} ({x.not_judged_streak})" for x in reports))
+    return (f"{signal(r.metric)} of {points} not judged for {r.not_judged_streak} nights in a row (since {since}; "
+            f"the history allows {r.not_judged_limit}): a slowdown landing in these nights "
+            "is not seen. Measure wall time on a quiet machine or at a quiet hour (the speed runner dedicated); if "
+            f"this load is the runner's normal and not competing work, append its nights with `--label {JUDGE_BUSY}` "
+            "so they are judged; or set another limit knowingly: `fastpath-suite history append "
+            f"{history_path} RUN --not-judged-limit N`")
+
+
+def budget_text(reports: list) -> str:
+    """The false-alarm budget this history was judged with: its share of the suite's alpha, over its points."""
+    rule = next((r.rule for r in reports if r.rule is not None), None)
+    if rule is None:
+        return "Exact counts: no noise, no false-alarm budget spent."
+    return (f"False alarms: alpha {rule.alpha:g} per clean night for the whole suite, {rule.history_alpha:.4g} for "
+            f"this history (one of {rule.histories} statistical histories"
+            + (f": {', '.join(STATISTICAL_HISTORIES)}" if rule.histories == len(STATISTICAL_HISTORIES) else "")
+            + f"), split over its {rule.points} point(s) and the two rules.")
+
+
 def summary_markdown(history, reports: list) -> str:
     """The workflow's step summary: alarms first, then one row per point, then the changes found before."""
     nights = history.nights
     alarms = [(r, e) for r in reports for e in r.trace.open]
+    too_long = [r for r in reports if r.over_limit]
     lines = [f"## Speed history ({signal(reports[0].metric) if reports else 'empty'}): {history.device_key}", "",
              f"{len(nights)} nights, {nights[0].date[:10]} to {nights[-1].date[:10]}; tonight: commit "
-             f"{short(nights[-1].commit)}. Rule: docs/history.md.", ""]
+             f"{short(nights[-1].commit)}. Rule: docs/history.md. {budget_text(reports)}", ""]
     if alarms:
-        lines += [f"### {len(alarms)} slowdown(s): this night fails", ""]
+        counts = [f"{n} {what}" for n, what in (
+            (sum(e.kind == "slower" for _, e in alarms), "slowdown(s)"),
+            (sum(e.kind == "changed" for _, e in alarms), "changed mix(es) of exact counts")) if n]
+        lines += [f"### {' and '.join(counts)}: this night fails", ""]
         for r, e in alarms:
             lines += [f"- **{r.point}**: {event_line(r, e)}. Fix it, or accept it: "
                       f"`{accept_command(history.path, r, e)}`"]
         lines.append("")
     else:
         lines += ["### No slowdown open", ""]
+    if too_long:
+        lines += [f"### Not judged for {max(r.not_judged_streak for r in too_long)} nights in a row: this night fails",
+                  "", f"- {over_limit_text(history.path, too_long)}.", ""]
     lines += [judged_by([(history, reports)]), ""]
     lines += ["| point | tonight (median) | level | tonight over the level | night-to-night noise | tonight over "
               "last night | status |", "|---|---|---|---|---|---|---|"]
     for r in reports:
         level, sigma = r.trace.level[-1], r.trace.sigma[-1]
         if r.metric in ("ops",):
-            status = {"alarm": "**MORE WORK**"}.get(r.status, r.status)
+            changed = any(e.kind == "changed" for e in r.trace.open)
+            status = {"alarm": "**CHANGED MIX**" if changed else "**MORE WORK**"}.get(r.status, r.status)
             prev = f"{math.expm1(r.x[-1] - r.x[-2]) * 100:+.2f}%" if len(r.x) > 1 else "-"
             lines.append(f"| {r.point} | {math.exp(r.x[-1]):,.0f} operator calls | exact | - | 0 | {prev} | {status} |")
             continue
@@ -101,7 +147,9 @@ def summary_markdown(history, reports: list) -> str:
         prev = f"{math.expm1(r.x[-1] - r.x[-2]) * 100:+.{d}f}%" if len(r.x) > 1 else "-"
         noise = f"{sigma * 100:.{d}f}%" if sigma is not None else "-"
         status = {"learning": f"learning ({len(r.x)} nights)", "missing": "NOT MEASURED tonight",
-                  "alarm": "**SLOWER**", "not judged": "not judged (busy machine)"}.get(r.status, r.status)
+                  "alarm": "**SLOWER**",
+                  "not judged": f"{'**NOT JUDGED TOO LONG**: ' if r.over_limit else ''}not judged (busy machine), "
+                                f"{streak_text(r)}"}.get(r.status, r.status)
         number = "{:.4g}" if r.metric in WALL else "{:,.0f}"
         lines.append(f"| {r.point} | {number.format(last)} {r.metric} | {number.format(math.exp(level))} | {over} | "
                      f"{noise} | {prev} | {status} |" if level is not None else
@@ -162,7 +210,7 @@ def plot_svg(report: PointReport) -> str:
         out.append(f'<line class="change {e.kind}" x1="{x:.1f}" y1="{PAD / 2}" x2="{x:.1f}" '
                    f'y2="{HEIGHT - PAD / 2}"><title>{html.escape(event_line(report, e))}</title></line>')
         out.append(f'<text class="change-label" x="{x + 3:.1f}" y="{PAD / 2 + 10}">{html.escape(commit)}</text>')
-    opened = {i for e in report.trace.events if e.kind == "slower"
+    opened = {i for e in report.trace.events if e.kind in ALARM_KINDS
               for i in range(e.began, (e.closed if e.closed is not None else n - 1) + 1)}
     out.append('<polyline class="series" points="' + " ".join(f"{px(i):.1f},{py(v):.1f}"
                                                              for i, v in enumerate(values)) + '"/>')
@@ -186,7 +234,8 @@ section.point.has-alarm h3 { color: #c00; } h2.signal { margin-top: 1.5em; }
 .trend .band { fill: #2a7; opacity: .15; } .trend .level { fill: none; stroke: #2a7; stroke-dasharray: 4 3; }
 .trend .series { fill: none; stroke: #36c; stroke-width: 1.5; } .trend .night { fill: #36c; }
 .trend .night.slow { fill: #c00; } .trend .night.not-judged { fill: #fff; stroke: #999; } .trend .change { stroke: #c00; stroke-dasharray: 3 3; }
-.trend .change.faster { stroke: #2a7; } .trend .change-label { font-size: 11px; fill: #c00; }
+.trend .change.faster { stroke: #2a7; } .trend .change.changed { stroke: #d80; }
+.trend .change-label { font-size: 11px; fill: #c00; }
 table { border-collapse: collapse; } td, th { padding: .15em .6em; border-bottom: 1px solid #eee; text-align: left; }
 """
 
@@ -206,6 +255,8 @@ def page_html(sections: list) -> str:
     machine = latest.machine
     versions = machine.get("versions") or {}
     alarms = [(h, r, e) for h, reports in sections for r in reports for e in r.trace.open]
+    too_long = [(h, [r for r in reports if r.over_limit]) for h, reports in sections]
+    too_long = [(h, rs) for h, rs in too_long if rs]
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            "<title>Speed history</title>", f"<style>{STYLE}</style></head><body>",
            f"<h1>Speed history</h1><p>Tonight: {esc(latest.date[:10])}, commit <code>{esc(short(latest.commit))}</code>. "
@@ -217,6 +268,9 @@ def page_html(sections: list) -> str:
                        f"<code>{esc(accept_command(h.path, r, e))}</code></div>")
     else:
         out.append('<div class="ok">No slowdown open.</div>')
+    for h, reports in too_long:
+        out.append(f'<div class="alarm not-judged" data-signal="{esc(signal(reports[0].metric))}">'
+                   f"{esc(over_limit_text(h.path, reports))}.</div>")
     out.append("</div>")
     cpu = machine.get("gpu_name") or machine.get("cpu_model") or "?"
     isa = (machine.get("isa") or {}).get("capability")
@@ -224,20 +278,22 @@ def page_html(sections: list) -> str:
                                      + f", {machine.get('usable_cpus', '?')} usable CPUs, "
                                      f"{machine.get('torch_threads', '?')} torch threads, {machine.get('platform', '')}")
                + ". Versions: " + esc(", ".join(f"{k} {v}" for k, v in versions.items())) + ".</p>")
-    out.append('<p><label><input type="checkbox" id="only-alarms"> only points with a slowdown open</label></p>')
+    out.append('<p><label><input type="checkbox" id="only-alarms"> only points with a slowdown open or not judged '
+               'too long</label></p>')
     for history, reports in sections:
         name = signal(reports[0].metric) if reports else "empty"
         out.append(f'<h2 class="signal">{esc(name)}</h2><p><code>{esc(history.device_key)}</code>: '
                    f"{len(history.nights)} nights, {esc(history.nights[0].date[:10])} to "
-                   f"{esc(history.nights[-1].date[:10])}.</p>")
+                   f"{esc(history.nights[-1].date[:10])}. {esc(budget_text(reports))}</p>")
         for r in reports:
-            cls = "point has-alarm" if r.trace.open else "point"
+            cls = "point has-alarm" if r.trace.open or r.over_limit else "point"
             sigma = r.trace.sigma[-1]
             noise = ("exact counts: any change is named" if r.metric == "ops" else
                      f"night-to-night noise {sigma * 100:.2f}%" if sigma is not None else "learning the noise")
+            status = f"not judged, {streak_text(r)}" if r.status == "not judged" else r.status
             out.append(f'<section class="{cls}" data-point="{esc(r.point)}" data-signal="{esc(name)}">'
                        f"<h3>{esc(r.point)}</h3><p>{esc(r.metric)}, median per night; {esc(noise)}; status "
-                       f"{esc(r.status)}.</p>")
+                       f"{esc(status)}.</p>")
             out.append(plot_svg(r))
             if r.trace.events:
                 out.append("<ul>" + "".join(f"<li>{esc(event_line(r, e))}: {esc(e.status)}</li>"

@@ -10,7 +10,8 @@ A history is what a nightly workflow keeps between runs (as an artifact, or comm
          "machine": {...machine_info...}, "sources": ["out/speed.json"],
          "points": {"auto-short-10": {"metric": "rtf", "samples": [0.41, 0.40, ...], "extra": {...}}}}
       ],
-      "accepted": [{"point": "auto-short-10", "night": "3f2c9a01b7de", "date": "...", "reason": "..."}]
+      "accepted": [{"point": "auto-short-10", "night": "3f2c9a01b7de", "date": "...", "reason": "..."}],
+      "not_judged_limit": 7
     }
 
 A night is one run (a pytest-benchmark ``--benchmark-json`` file or a speed baseline, several files when one night
@@ -19,7 +20,9 @@ changes nothing. A history holds one device key: speed only compares on the same
 measured elsewhere is refused with the reason (a key in an older form, such as the instruction counts' key that once
 named the processor's vendor, is read as today's: harness.speed.instructions.migrated_key). ``accepted`` lists the
 slowdowns a person has accepted (a deliberate trade, a new compiler): the rule (harness.speed.changes) then takes the
-new level as the normal one.
+new level as the normal one. ``not_judged_limit`` is how many nights in a row the history's wall time may go not
+judged (measured beside competing work) before a night fails for it: ``NOT_JUDGED_LIMIT`` unless set with `history
+append --not-judged-limit N` (a file without it, written before it existed, has the default).
 
 Every problem (a missing, corrupt or foreign file, another device key, a night's points measured twice) raises
 HistoryError with the fix; the file is written atomically, so a killed job leaves the previous history.
@@ -43,6 +46,9 @@ from harness.speed.instructions import migrated_key
 
 FORMAT = "fastpath-speed-history"
 FORMAT_VERSION = 1
+# nights in a row a history's wall time may go not judged (busy) before a night fails for it: a slowdown landing in
+# a busy stretch is judged on the first quiet night, or the stretch itself fails the nightly within a week
+NOT_JUDGED_LIMIT = 7
 
 
 class HistoryError(BaselineError):
@@ -78,6 +84,7 @@ class History:
     nights: list = field(default_factory=list)
     accepted: list = field(default_factory=list)
     path: Path | None = None
+    not_judged_limit: int = NOT_JUDGED_LIMIT  # nights in a row not judged before a night fails for it
 
     @property
     def point_names(self) -> list:
@@ -94,7 +101,8 @@ class History:
 
     def as_dict(self) -> dict:
         return {"format": FORMAT, "format_version": FORMAT_VERSION, "device_key": self.device_key,
-                "nights": [n.as_dict() for n in self.nights], "accepted": self.accepted}
+                "nights": [n.as_dict() for n in self.nights], "accepted": self.accepted,
+                "not_judged_limit": self.not_judged_limit}
 
 
 def night_id(date: str, commit: str | None, points: dict) -> str:
@@ -211,7 +219,22 @@ def load_history(path: str | os.PathLike) -> History:
     if not isinstance(accepted, list) or any(not isinstance(a, dict) or not {"point", "night"} <= set(a)
                                              for a in accepted):
         raise HistoryError(f"{path}: 'accepted' must be a list of {{point, night, reason}}. {fix}")
-    return History(device_key=data["device_key"], nights=nights, accepted=accepted, path=path)
+    limit = data.get("not_judged_limit", NOT_JUDGED_LIMIT)
+    try:
+        limit = check_limit(limit)
+    except ValueError as err:
+        raise HistoryError(f"{path}: {err}. {fix}") from None
+    return History(device_key=data["device_key"], nights=nights, accepted=accepted, path=path,
+                   not_judged_limit=limit)
+
+
+def check_limit(limit) -> int:
+    """A limit on nights in a row not judged: a whole number, 0 or more (0: every busy night fails), else
+    ValueError naming it."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"not_judged_limit {limit!r} is not a whole number of nights, 0 or more (default "
+                         f"{NOT_JUDGED_LIMIT})")
+    return limit
 
 
 def save_history(history: History, path: str | os.PathLike) -> None:
@@ -219,17 +242,21 @@ def save_history(history: History, path: str | os.PathLike) -> None:
     write_atomic(Path(path), json.dumps(history.as_dict(), indent=1, allow_nan=False) + "\n")
 
 
-def append(path: str | os.PathLike, run_files: list, labels=()) -> tuple:
-    """Append one night (from ``run_files``) to the history at ``path``, creating it when missing.
+def append(path: str | os.PathLike, run_files: list, labels=(), not_judged_limit: int | None = None) -> tuple:
+    """Append one night (from ``run_files``) to the history at ``path``, creating it when missing; with
+    ``not_judged_limit``, set the history's limit on nights in a row not judged (kept in the file).
 
-    Returns (history, added): added is False when the night was already there (the file is then left untouched).
-    Nights are kept in date order, so a late import lands where it belongs.
+    Returns (history, added): added is False when the night was already there (the file is then left untouched,
+    unless the limit changed). Nights are kept in date order, so a late import lands where it belongs.
     """
     path = Path(path)
     night = night_from_files(run_files, labels)
     key = night.machine["device_key"]
     history = load_history(path) if path.exists() else History(device_key=key, path=path)
     history.device_key = migrated_key(history.device_key)  # a history begun under a key's older form goes on
+    limit_changed = not_judged_limit is not None and check_limit(not_judged_limit) != history.not_judged_limit
+    if limit_changed:
+        history.not_judged_limit = not_judged_limit
     if key != history.device_key:
         raise HistoryError(
             f"{', '.join(map(str, run_files))} was measured on {key!r}, but {path} is the history of "
@@ -237,6 +264,8 @@ def append(path: str | os.PathLike, run_files: list, labels=()) -> tuple:
             "changes it). Append it to that device's own history (e.g. history/<device>.json); to start over after "
             "a deliberate upgrade, move the old history away.")
     if any(n.id == night.id for n in history.nights):
+        if limit_changed:
+            save_history(history, path)
         return history, False
     history.nights.append(night)
     history.nights.sort(key=lambda n: n.date)
@@ -245,11 +274,11 @@ def append(path: str | os.PathLike, run_files: list, labels=()) -> tuple:
 
 
 def accept(path: str | os.PathLike, point: str, night: str, reason: str) -> History:
-    """Record that the slowdown of ``point`` that began on ``night`` (its id) is accepted, with the reason. Refused
-    unless the rule found a change of that point beginning on that night. Once recorded, the point's nights from
-    ``night`` on are its new reference, whatever night a later run of the rule (more points, another alpha) places
-    the change on."""
-    from harness.speed.changes import check_history
+    """Record that the slowdown (or changed mix of exact counts) of ``point`` that began on ``night`` (its id) is
+    accepted, with the reason. Refused unless the rule found such a change of that point beginning on that night.
+    Once recorded, the point's nights from ``night`` on are its new reference, whatever night a later run of the
+    rule (more points, another alpha) places the change on."""
+    from harness.speed.changes import ALARM_KINDS, check_history
 
     history = load_history(path)
     if point not in history.point_names:
@@ -260,10 +289,11 @@ def accept(path: str | os.PathLike, point: str, night: str, reason: str) -> Hist
     if not reason.strip():
         raise HistoryError("give the reason the slowdown is accepted (--reason): it is kept in the history")
     report = next(r for r in check_history(history) if r.point == point)
-    began = {report.nights[e.began].id: e for e in report.trace.events if e.kind == "slower"}
+    began = {report.nights[e.began].id: e for e in report.trace.events if e.kind in ALARM_KINDS}
     if night not in began:
         found = ", ".join(f"{i} ({report.nights[e.began].date[:10]}, {e.status})" for i, e in began.items())
-        raise HistoryError(f"no slowdown of {point} began on night {night}, so there is nothing there to accept; "
+        raise HistoryError(f"no slowdown of {point} began on night {night} (nor a changed mix of its exact counts), "
+                           "so there is nothing there to accept; "
                            f"{'its slowdowns began on: ' + found if found else 'the rule found no slowdown of it'} "
                            f"(`fastpath-suite history check {path}` lists them)")
     entry = {"point": point, "night": night, "reason": reason,
@@ -279,30 +309,47 @@ NOT_JUDGED = 3  # exit status: tonight's wall time was measured beside competing
 
 def check(args) -> int:
     """Run the rule over each history (one per signal: wall time, instructions, exact counts); print the summaries,
-    write the page; exit 1 on an open slowdown, 3 when tonight's wall time is not judged (and nothing is open)."""
-    from harness.speed.changes import check_history
+    write the page; exit 1 on an open slowdown (or changed mix) or when tonight ends a streak of nights not judged
+    longer than the history's limit, 3 when tonight's wall time is not judged (and nothing fails), else 0. Each
+    statistical history spends alpha / ``args.statistical_histories``, whatever number of files one call is given."""
+    from harness.speed.changes import STATISTICAL_HISTORIES, check_history, is_statistical
     from harness.speed.dashboard import page_html, summary_markdown
 
-    sections = []
-    for path in args.history:
-        history = load_history(path)
+    histories = [load_history(path) for path in args.history]
+    for history in histories:
         if not history.nights:
-            raise HistoryError(f"{path} has no nights yet; append tonight's run first")
-        sections.append((history, check_history(history, args.alpha)))
+            raise HistoryError(f"{history.path} has no nights yet; append tonight's run first")
+    statistical = [h for h in histories if is_statistical(h)]
+    if len(statistical) > args.statistical_histories:
+        declared = (f"the {len(STATISTICAL_HISTORIES)} the suite declares ({', '.join(STATISTICAL_HISTORIES)})"
+                    if args.statistical_histories == len(STATISTICAL_HISTORIES) else
+                    f"--statistical-histories {args.statistical_histories}")
+        raise HistoryError(
+            f"{len(statistical)} histories judged with noise in one call "
+            f"({', '.join(str(h.path) for h in statistical)}) but the suite's alpha is split over {declared}: that would spend more than the suite's budget. Pass "
+            f"--statistical-histories N with N the number of statistical histories the whole suite keeps (every "
+            "runner's check the same N), or check fewer files.")
+    sections = [(h, check_history(h, args.alpha, args.statistical_histories)) for h in histories]
     text = "\n".join(summary_markdown(history, reports) for history, reports in sections)
     print(text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "summary.md").write_text(text)
         (args.out / "index.html").write_text(page_html(sections))
-        alarms = [{"history": str(h.path), "point": r.point, "metric": r.metric, "began": r.nights[e.began].id,
-                   "began_date": r.nights[e.began].date, "commit": r.nights[e.began].commit, "change": e.change,
-                   "rule": e.rule, "detail": e.detail}
+        alarms = [{"history": str(h.path), "point": r.point, "metric": r.metric, "kind": e.kind,
+                   "began": r.nights[e.began].id, "began_date": r.nights[e.began].date,
+                   "commit": r.nights[e.began].commit, "change": e.change, "rule": e.rule, "detail": e.detail}
                   for h, reports in sections for r in reports for e in r.trace.open]
+        alarms += [{"history": str(h.path), "point": r.point, "metric": r.metric, "kind": "not judged",
+                    "began": r.nights[-r.not_judged_streak].id, "began_date": r.nights[-r.not_judged_streak].date,
+                    "commit": r.nights[-r.not_judged_streak].commit, "change": None, "rule": "not-judged limit",
+                    "detail": [r.not_judged.get(len(r.x) - 1, "")], "streak": r.not_judged_streak,
+                    "limit": r.not_judged_limit}
+                   for h, reports in sections for r in reports if r.over_limit]
         (args.out / "alarms.json").write_text(json.dumps(alarms, indent=1) + "\n")
         print(f"written: {args.out / 'summary.md'}, {args.out / 'index.html'}, {args.out / 'alarms.json'}")
     reports = [r for _, rs in sections for r in rs]
-    if any(r.trace.open for r in reports):
+    if any(r.trace.open or r.over_limit for r in reports):
         return 1
     return NOT_JUDGED if any(r.status == "not judged" for r in reports) else 0
 
@@ -357,10 +404,31 @@ def alpha_option(text: str) -> float:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def count_option(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number, 0 or more")
+    return value
+
+
+def histories_option(text: str) -> int:
+    import argparse
+
+    value = count_option(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: the suite's alpha is split over at least one history")
+    return value
+
+
 def main(argv=None) -> int:
     import argparse
 
-    from harness.speed.changes import ALPHA
+    from harness.speed.changes import ALPHA, STATISTICAL_HISTORIES
 
     parser = argparse.ArgumentParser(
         prog="fastpath-suite history", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -371,16 +439,27 @@ def main(argv=None) -> int:
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add.add_argument("history", type=Path, help="the history file of one device, e.g. history/speed-cpu.json")
     add.add_argument("runs", nargs="+", type=Path, help="pytest-benchmark --benchmark-json file(s) or baselines")
-    add.add_argument("--label", action="append", default=[], help="a word kept with the night (e.g. busy-core)")
-    chk = verbs.add_parser("check", help="the change rule over the histories: exit 1 when a slowdown is open, 3 "
-                                         "when tonight's wall time is not judged (measured beside competing work)",
+    add.add_argument("--label", action="append", default=[],
+                     help="a word kept with the night (e.g. busy-core); judge-busy: judge its wall time whatever its "
+                          "load says (the load is the runner's normal, not competing work)")
+    add.add_argument("--not-judged-limit", type=count_option, default=None, metavar="N",
+                     help="set the history's limit on nights in a row not judged (busy) before a night fails for it "
+                          f"(kept in the file; a new history gets {NOT_JUDGED_LIMIT})")
+    chk = verbs.add_parser("check", help="the change rule over the histories: exit 1 when a slowdown (or changed "
+                                         "mix) is open or the nights not judged in a row pass the history's limit, "
+                                         "3 when tonight's wall time is not judged (measured beside competing work)",
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     chk.add_argument("history", type=Path, nargs="+",
                      help="history files, one per signal (wall time, instructions, exact counts) of one runner")
     chk.add_argument("--out", type=Path, default=None, help="write summary.md, index.html (the page), alarms.json")
     chk.add_argument("--alpha", type=alpha_option, default=ALPHA,
                      help="false alarms per clean night, the whole suite, in (0, 1]")
-    acc = verbs.add_parser("accept", help="accept a slowdown: its new level becomes the reference")
+    chk.add_argument("--statistical-histories", type=histories_option, default=len(STATISTICAL_HISTORIES),
+                     metavar="N", help="how many histories judged with noise the whole suite keeps (the default: "
+                                       f"{', '.join(STATISTICAL_HISTORIES)}); each spends alpha / N, whatever "
+                                       "number of files this call is given")
+    acc = verbs.add_parser("accept", help="accept a slowdown (or a changed mix of exact counts): its new level "
+                                          "becomes the reference, and the nights after it are judged against it")
     acc.add_argument("history", type=Path)
     acc.add_argument("point")
     acc.add_argument("--night", required=True, help="the night id the change began (check lists it)")
@@ -394,11 +473,12 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.action == "append":
-            history, added = append(args.history, args.runs, args.label)
+            history, added = append(args.history, args.runs, args.label, args.not_judged_limit)
             night = history.nights[-1] if added else None
-            print(f"{args.history}: {'added' if added else 'already there, unchanged:'} night of "
+            print(f"{args.history}: {'added' if added else 'already there:'} night of "
                   f"{', '.join(map(str, args.runs))}" + (f" (id {night.id})" if night else "")
-                  + f"; {len(history.nights)} nights of {history.device_key}")
+                  + f"; {len(history.nights)} nights of {history.device_key}; at most "
+                  f"{history.not_judged_limit} nights in a row not judged")
             return 0
         if args.action == "accept":
             accept(args.history, args.point, args.night, args.reason)

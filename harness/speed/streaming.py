@@ -112,33 +112,6 @@ def interleaved_listens(model, kwargs: dict, rounds: int, variants: dict = VARIA
     return out
 
 
-def stream_bases(baseline: dict, names: dict) -> dict:
-    """{metric: PointSamples} of the stream points `names` ({metric: point name}) in a loaded baseline, as the
-    baseline reader gives them (with their stored max_slowdown override)."""
-    from harness.speed.baselines import read_run
-
-    points = read_run(baseline, "baseline").points
-    return {metric: points[name] for metric, name in names.items()}
-
-
-def stream_failures(bases: dict, samples: dict, source: str) -> list:
-    """What regressed of `samples` ({metric: [values]}) against `bases` by the speed rule (harness.speed.compare:
-    a wait whose base median is 0 by its slack in seconds, baselines.NON_NEGATIVE), one line each."""
-    from harness.speed.baselines import PointSamples
-    from harness.speed.compare import compare_point
-
-    out = []
-    for metric, base in bases.items():
-        verdict = compare_point(base, PointSamples(base.name, metric, tuple(samples[metric])))
-        print(f"{base.name}: base {verdict.base_median:.3f} new {verdict.new_median:.3f} change "
-              f"{verdict.change:+.1%} p {verdict.p_value:.2g} -> {verdict.verdict}")
-        if verdict.verdict == "regressed":
-            worse = (f"now waits {verdict.new_median:.2f} s (median) where it never did" if base.median == 0
-                     else f"{verdict.change:+.1%} worse")
-            out.append(f"{base.name}: {worse} (p={verdict.p_value:.2g}) vs {source}")
-    return out
-
-
 def percentile(values, q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q))
 
