@@ -62,6 +62,8 @@ KINDS = {
                                    "recorded runs", "history rates", "harness.speed.history_rates:render_count_results"),
     "instructions": ("Instructions per call under callgrind, and how long counting them takes", "instructions",
                      "harness.speed.instructions:render_results"),
+    "instructions-margins": ("Instruction counts stored for the per-change check, and their margins",
+                             "instructions --record", "harness.speed.instructions:render_margins"),
     "stability": ("Unstable timings: the rule's rates", "stability", "harness.speed.under_load:render"),
     "false-alarms": ("False alarms of the default suite on fresh clones", "false-alarms",
                      "harness.false_alarms:render_results"),

@@ -4,9 +4,12 @@ valgrind takes minutes.)"""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
+from harness import strict
 from harness.speed import conditions, instructions, structure
 from harness.speed.changes import differences
 
@@ -21,24 +24,270 @@ def test_a_callgrind_dump_gives_its_total(tmp_path):
         instructions.dump_total(tmp_path / "bad")
 
 
-def test_stored_counts_are_checked_against_their_floor():
-    stored = {"floor": 0.01, "ratio_floor": 0.01, "keys": {"k": {"a/stock": 1_000_000, "a/lossless": 1_000_000,
-                                                                  "b/lossless": 2_000_000}},
-              "ratios": {"a": 1.0}}
-    measured = {"key": "k", "counts": {"a/stock": 1_000_000, "a/lossless": 1_009_999, "b/lossless": 2_030_000}}
-    worse, notes = instructions.check(measured, stored)
-    assert len(worse) == 1 and worse[0].startswith("b/lossless: 2,030,000 instructions against 2,000,000 stored (+1.50%")
-    assert notes == []
-    # another machine kind: no counts stored for its key, the same-run ratio is still judged
-    more = {"key": "other", "counts": {"a/stock": 1_200_000, "a/lossless": 1_230_000}}
-    worse, notes = instructions.check(more, stored)
-    assert worse == ["a: the lossless stack executes 1.0250x stock's instructions against 1.0000x stored (+2.50%, "
-                     "floor 1.00%)"], worse
-    assert "no stored counts for other" in notes[0] and "--record" in notes[0]
-    with pytest.raises(instructions.InstructionsError, match="nothing to compare"):
-        instructions.check({"key": "other", "counts": {"a/lossless": 5}}, stored)
-    with pytest.raises(instructions.InstructionsError, match="lack 'ratios'"):
-        instructions.check(measured, {"floor": 0.01, "ratio_floor": 0.01, "keys": {}})
+# --- the per-change check of stored counts (instructions --check, --record) ----------------------------------------
+
+KEY = "callgrind-3.19.0-avx2__torch-2.14.1__omnivoice-0.2.1"
+
+
+def stored_counts(path, keys: dict):
+    """A file of stored counts: {key: ({name: (count, margin)}, {point: (ratio, margin)})}."""
+    path.write_text(json.dumps({"format": instructions.FORMAT, "format_version": instructions.FORMAT_VERSION,
+                                "keys": {key: {"counts": {n: {"count": c, "margin": m} for n, (c, m) in counts.items()},
+                                               "ratios": {p: {"ratio": r, "margin": m} for p, (r, m) in ratios.items()}}
+                                         for key, (counts, ratios) in keys.items()}}))
+    return path
+
+
+def counted(monkeypatch, counts: dict, key: str = KEY):
+    """Make `instructions --points ...` count `counts` without valgrind."""
+    measured = {"counts": counts, "key": key, "valgrind": "3.19.0", "capability": "AVX2", "versions": {},
+                "machine": {"cpu_model": "Test CPU"}, "seconds": 0.0, "call_seconds": {}}
+    monkeypatch.setattr(instructions, "count", lambda *args, **kwargs: measured)
+
+
+def check_command(path, *more):
+    return ["--points", "a", "--variants", "stock", "lossless", "--check", str(path), "--quiet", *more]
+
+
+def test_stored_counts_are_checked_against_their_margins(tmp_path, monkeypatch, capsys):
+    """Each count and each stack-to-stock ratio has its own margin; above it is named with both numbers."""
+    path = stored_counts(tmp_path / "stored.json", {KEY: ({"a/stock": (1_000_000, 0.002), "a/lossless":
+                                                            (1_000_000, 0.02)}, {"a": (1.0, 0.002)})})
+    counted(monkeypatch, {"a/stock": 1_001_999, "a/lossless": 1_001_999})  # within both margins
+    assert instructions.main(check_command(path)) == 0
+    assert "summary: passed: 3 figure(s) within their margins" in capsys.readouterr().out
+    counted(monkeypatch, {"a/stock": 1_000_000, "a/lossless": 1_015_000})  # the count within 2%, the ratio 1.5% up
+    assert instructions.main(check_command(path)) == 1
+    out = capsys.readouterr().out
+    assert ("MORE WORK: a: the lossless stack executes 1.01500x stock's instructions against 1.00000x stored "
+            "(+1.500%, margin 0.200%)") in out, out
+    assert "MORE WORK: a/lossless" not in out and "2 figure(s) within their margins, 1 more work" in out, out
+    counted(monkeypatch, {"a/stock": 1_015_000, "a/lossless": 1_015_000})  # stock 1.5% up, the ratio as stored
+    assert instructions.main(check_command(path)) == 1
+    out = capsys.readouterr().out
+    assert "MORE WORK: a/stock: 1,015,000 instructions against 1,000,000 stored (+1.500%, margin 0.200%)" in out, out
+    assert "1 more work, 0 less work, 0 not stored" in out
+
+
+def test_a_key_not_stored_fails_and_names_the_record_command(tmp_path, monkeypatch, capsys):
+    """Another valgrind (or torch) is another key: not a pass judged by the ratios alone. Stock and the stack both
+    30% up keep their ratio."""
+    path = stored_counts(tmp_path / "stored.json", {KEY: ({"a/stock": (1_000_000, 0.002), "a/lossless":
+                                                            (900_000, 0.002)}, {"a": (0.9, 0.002)})})
+    other = KEY.replace("3.19.0", "3.22.0")
+    counted(monkeypatch, {"a/stock": 1_300_000, "a/lossless": 1_170_000}, key=other)
+    assert instructions.main(check_command(path)) == 1
+    out = capsys.readouterr().out
+    assert f"MISSING: no stored counts for device key {other} (stored: {KEY})" in out, out
+    assert f"fastpath-suite instructions --points a --variants stock lossless --record {path}" in out, out
+    assert "summary: FAILED" in out
+    assert instructions.main(check_command(path, "--no-strict-inputs")) == strict.NOT_JUDGED
+    out = capsys.readouterr().out
+    assert "NOT JUDGED: no stored counts" in out and "summary: not judged" in out, out
+
+
+def test_a_point_or_ratio_not_stored_under_a_stored_key_fails(tmp_path, monkeypatch, capsys):
+    path = stored_counts(tmp_path / "stored.json", {KEY: ({"a/stock": (1_000_000, 0.002), "a/lossless":
+                                                            (900_000, 0.002), "b/stock": (500_000, 0.002)},
+                                                           {"a": (0.9, 0.002)})})
+    counted(monkeypatch, {"a/stock": 1_000_000, "a/lossless": 900_000, "b/stock": 500_000, "b/lossless": 400_000,
+                          "c/stock": 100})
+    assert instructions.main(check_command(path)) == 1
+    out = capsys.readouterr().out
+    for gap in ("no stored count of b/lossless", "no stored count of c/stock", "no stored lossless/stock ratio of b"):
+        assert gap in out, (gap, out)
+    assert "MISSING:" in out and "--record" in out and "3 not stored" in out, out
+    assert instructions.main(check_command(path, "--no-strict-inputs")) == strict.NOT_JUDGED
+    assert "summary: not judged" in capsys.readouterr().out
+
+
+def test_ratios_are_stored_per_key(tmp_path):
+    """Two machine kinds' keys recorded one after the other: each keeps its own stack-to-stock ratio."""
+    path = tmp_path / "stored.json"
+    first = {"key": KEY, "counts": {"a/stock": 1_000_000, "a/lossless": 900_000}, "kind": "one", "source": "1",
+             "machine": {}}
+    second = {"key": KEY.replace("avx2", "avx512"), "counts": {"a/stock": 1_000_000, "a/lossless": 950_000},
+              "kind": "two", "source": "2", "machine": {}}
+    instructions.record([first], path)
+    instructions.record([second], path)
+    stored = instructions.load_stored(path)
+    assert stored["keys"][KEY]["ratios"]["a"]["ratio"] == 0.9
+    assert stored["keys"][second["key"]]["ratios"]["a"]["ratio"] == 0.95
+    verdict = instructions.check(first, stored)
+    assert (verdict.more, verdict.less, verdict.missing, verdict.within) == ([], [], [], 3)
+
+
+def test_counts_are_gated_both_ways(tmp_path, monkeypatch, capsys):
+    """Less work than the margin allows fails too, naming the command that records the new figure: a stored figure
+    left where it was would let a later change give the gain back unseen."""
+    path = stored_counts(tmp_path / "stored.json", {KEY: ({"a/stock": (1_000_000, 0.002), "a/lossless":
+                                                            (900_000, 0.002)}, {"a": (0.9, 0.002)})})
+    counted(monkeypatch, {"a/stock": 1_000_000, "a/lossless": 891_000})  # the stack 1% faster
+    assert instructions.main(check_command(path, "--out", str(tmp_path / "run.json"))) == 1
+    out = capsys.readouterr().out
+    assert "LESS WORK: a/lossless: 891,000 instructions against 900,000 stored (-1.000%, margin 0.200%)" in out, out
+    assert "LESS WORK: a: the lossless stack executes 0.89100x" in out, out
+    assert (f"LESS WORK: record the new figure with fastpath-suite instructions --points a --variants stock lossless "
+            f"--record {path}") in out, out
+    assert f"fastpath-suite instructions --record {path} --from {tmp_path / 'run.json'}" in out
+    # the fix it names works: recording less work needs no flag, and the rerun passes
+    assert instructions.main(["--record", str(path), "--from", str(tmp_path / "run.json"), "--quiet"]) == 0
+    assert instructions.main(check_command(path)) == 0
+    capsys.readouterr()
+    # more work: refused by --record unless --accept-more-work, which the check's message names
+    counted(monkeypatch, {"a/stock": 1_000_000, "a/lossless": 900_000})
+    assert instructions.main(check_command(path, "--out", str(tmp_path / "back.json"))) == 1
+    out = capsys.readouterr().out
+    assert (f"fastpath-suite instructions --points a --variants stock lossless --record {path} --accept-more-work"
+            in out), out
+    before = path.read_text()
+    assert instructions.main(["--record", str(path), "--from", str(tmp_path / "back.json"), "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "MORE WORK: a/lossless: 900,000 against 891,000 stored" in out and "--accept-more-work" in out, out
+    assert path.read_text() == before
+    assert instructions.main(["--record", str(path), "--from", str(tmp_path / "back.json"), "--accept-more-work",
+                              "--quiet"]) == 0
+    assert instructions.load_stored(path)["keys"][KEY]["counts"]["a/lossless"]["count"] == 900_000
+
+
+@pytest.mark.parametrize("count, margin, says", [
+    (0, 0.002, "the stored count of a/stock is 0, not a positive whole number"),
+    (-5, 0.002, "the stored count of a/stock is -5"),
+    (1.5, 0.002, "the stored count of a/stock is 1.5"),
+    ("1000", 0.002, "the stored count of a/stock is '1000'"),
+    (1000, None, "a/stock has margin None"),
+    (1000, 0, "a/stock has margin 0"),
+])
+def test_a_stored_count_that_cannot_be_used_is_an_error_naming_the_fix(tmp_path, monkeypatch, capsys, count, margin,
+                                                                        says):
+    """A stored 0 once raised ZeroDivisionError (a traceback); every unusable stored figure is exit 2 and a message
+    that says to restore the file from git or record it again."""
+    path = stored_counts(tmp_path / "stored.json", {KEY: ({"a/stock": (count, margin), "a/lossless": (900, 0.002)},
+                                                           {"a": (0.9, 0.002)})})
+    if margin is None:
+        data = json.loads(path.read_text())
+        del data["keys"][KEY]["counts"]["a/stock"]["margin"]
+        path.write_text(json.dumps(data))
+    counted(monkeypatch, {"a/stock": 1000, "a/lossless": 900})
+    assert instructions.main(check_command(path)) == 2
+    err = capsys.readouterr().err
+    assert says in err and f"git checkout -- {path}" in err and "--record" in err, err
+    assert "Traceback" not in err
+
+
+def test_a_margin_is_derived_from_the_spread_of_its_runs(tmp_path):
+    """Two machine kinds: the figure is the median of their medians, the margin 5 x the larger of the pooled
+    within-kind sd and the farther kind's offset (rounded up to 0.001%), never below the floor."""
+    path = tmp_path / "stored.json"
+
+    def run(kind, stock, i):
+        return {"key": KEY, "counts": {"a/stock": stock, "a/lossless": stock // 2}, "kind": kind, "source": str(i),
+                "machine": {}}
+
+    figures = instructions.record([run("one", 1_000_000, 1), run("one", 1_002_000, 2), run("two", 1_004_000, 3)],
+                                  path)
+    entry = instructions.load_stored(path)["keys"][KEY]["counts"]["a/stock"]
+    # kind one's median 1,001,000, kind two's 1,004,000: the figure 1,002,500, each kind 1,500 (0.1496%) from it;
+    # the sd within kind one, log(1.002) / sqrt(2) = 0.1413%, is the smaller
+    assert entry["count"] == 1_002_500 and entry["runs"] == 3
+    assert entry["margin"] == pytest.approx(0.00749, abs=1e-12), entry
+    assert entry["margin_from"]["machine_kinds"] == 2
+    assert figures["counts"]["a/stock"]["machines"]["one"]["runs"] == 2
+    # a single run measures no spread: the stored margin stays, and a first figure gets the fallback
+    instructions.record([run("one", 1_001_000, 4)], path)
+    again = instructions.load_stored(path)["keys"][KEY]["counts"]["a/stock"]
+    assert again["count"] == 1_001_000 and again["margin"] == entry["margin"]
+    instructions.record([run("one", 1_000_000, 5) | {"key": "callgrind-3.22.0-avx2__torch-2__omnivoice-1"}], path)
+    fresh = instructions.load_stored(path)["keys"]["callgrind-3.22.0-avx2__torch-2__omnivoice-1"]["counts"]
+    assert fresh["a/stock"]["margin"] == instructions.FALLBACK_MARGIN
+    with pytest.raises(instructions.InstructionsError, match="the same run given twice"):
+        instructions.record([run("one", 1_000_000, 6), run("one", 1_000_000, 7)], tmp_path / "other.json")
+
+
+def test_a_count_is_made_in_the_context_of_a_whole_run(tmp_path, monkeypatch):
+    """Counting one call alone hands the valgrind child every counting point of its size (stock, then the stack, in
+    the points' order) to warm up and make in turn, and names the one to count: the calls before a counted call are
+    those of a whole run, whatever was asked."""
+    from harness.speed import calls
+
+    started = []
+
+    class Child:
+        returncode = 1
+
+        def __init__(self, command, **kwargs):
+            started.append(command)
+
+        def wait(self):
+            return 1
+
+        def kill(self):
+            pass
+
+    monkeypatch.setattr(instructions, "valgrind_version", lambda: "3.19.0")
+    monkeypatch.setattr(instructions.subprocess, "Popen", Child)
+    with pytest.raises(instructions.InstructionsError, match="exited 1"):
+        instructions.count(["clone3-short-2"], ["lossless"], keep=tmp_path, quiet=True)
+    spec = json.loads((tmp_path / "tiny" / "spec.json").read_text())
+    assert spec["points"] == [p.name for p in calls.load_points() if p.size == "tiny"]
+    assert spec["variants"] == ["stock", "lossless"] and spec["counted"] == ["clone3-short-2/lossless"], spec
+    assert started and started[0][-1] == str(tmp_path / "tiny" / "spec.json")
+
+
+def test_the_key_names_no_vendor_and_old_keys_migrate(tmp_path):
+    """Intel's count of auto-short-2 fell within the AMD machines' spread (docs/history.md), so the key no longer
+    splits by vendor; keys written with the vendor read as today's, in run files and in a history."""
+    from harness.speed import history
+
+    assert instructions.device_key("3.19.0", "AVX2", {"torch": "2.14.1", "omnivoice": "0.2.1"}) == KEY
+    for old in ("callgrind-3.19.0-amd-avx2__torch-2.14.1__omnivoice-0.2.1",
+                "callgrind-3.19.0-intel-avx2__torch-2.14.1__omnivoice-0.2.1"):
+        assert instructions.migrated_key(old) == KEY
+    assert instructions.migrated_key(KEY) == KEY
+    assert instructions.migrated_key("cpu-amd-epyc-avx2-2c-2t__torch-2.14.1__omnivoice-0.2.1") == \
+        "cpu-amd-epyc-avx2-2c-2t__torch-2.14.1__omnivoice-0.2.1"
+    measured = {"counts": {"a/stock": 1000}, "key": KEY, "machine": {"cpu_model": "Test CPU"}}
+    old_run, new_run = tmp_path / "old.json", tmp_path / "new.json"
+    old_run.write_text(json.dumps(instructions.run_file(measured | {
+        "key": "callgrind-3.19.0-amd-avx2__torch-2.14.1__omnivoice-0.2.1"}, "test")))
+    new_run.write_text(json.dumps(instructions.run_file(measured | {"counts": {"a/stock": 1001}}, "test")))
+    assert [run["key"] for run in instructions.load_runs([old_run])] == [KEY]
+    history.append(tmp_path / "history.json", [old_run])
+    history.append(tmp_path / "history.json", [new_run])  # a history of the older key takes today's runs
+    assert history.load_history(tmp_path / "history.json").device_key == KEY
+
+
+def test_the_stored_counts_are_consistent():
+    """baselines/instructions.json: every key in today's form, with both variants' counts of every counting point,
+    each stack-to-stock ratio, and a margin for each from the spread of runs on more than one machine kind; the
+    results page's table shows these figures, and every run they were recorded from passes the check."""
+    from harness import results
+    from harness.speed import calls
+
+    stored = instructions.load_stored(instructions.BASELINE)
+    points = [p.name for p in calls.load_points()]
+    assert stored["keys"], "no key stored"
+    for key, figures in stored["keys"].items():
+        assert instructions.migrated_key(key) == key, key
+        assert set(figures["counts"]) == {f"{p}/{v}" for p in points for v in ("stock", "lossless")}, key
+        assert set(figures["ratios"]) == set(points), key
+        for name, entry in [*figures["counts"].items(), *figures["ratios"].items()]:
+            assert entry["margin_from"].get("machine_kinds", 0) >= 2, (key, name, entry["margin_from"])
+            assert instructions.MARGIN_FLOOR <= entry["margin"] < instructions.FALLBACK_MARGIN, (key, name, entry)
+        for point in points:
+            ratio = figures["counts"][f"{point}/lossless"]["count"] / figures["counts"][f"{point}/stock"]["count"]
+            assert abs(ratio / figures["ratios"][point]["ratio"] - 1) < figures["ratios"][point]["margin"], point
+    shown = [results.load(path)["figures"] for path in sorted((results.RESULTS_DIR / "instructions-margins")
+                                                                .glob("*.json"))]
+    assert {fig["key"] for fig in shown} == set(stored["keys"]), "results/instructions-margins/ and the stored keys"
+    for fig in shown:  # every run the margins were recorded from passes the check
+        for run in instructions.load_runs([instructions.REPO_ROOT / name for name in fig["files"]]):
+            verdict = instructions.check(run, stored)
+            assert (verdict.more, verdict.less, verdict.missing) == ([], [], []), (run["source"], verdict)
+        for table, value in (("counts", "count"), ("ratios", "ratio")):
+            for name, found in fig[table].items():
+                entry = stored["keys"][fig["key"]][table][name]
+                assert (found["value"], found["margin"]) == (entry[value], entry["margin"]), (name, found, entry)
 
 
 def test_operator_counts_and_bytes_are_exact_and_named():

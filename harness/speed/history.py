@@ -17,11 +17,12 @@ A history is what a nightly workflow keeps between runs (as an artifact, or comm
 A night is one run (a pytest-benchmark ``--benchmark-json`` file or a speed baseline, several files when one night
 measured in several processes); its id is a digest of its commit, date and samples, so importing the same run twice
 changes nothing. A history holds one device key: speed only compares on the same hardware and software, so a run
-measured elsewhere is refused with the reason. ``accepted`` lists the slowdowns a person has accepted (a deliberate
-trade, a new compiler): the rule (harness.speed.changes) then takes the new level as the normal one.
-``not_judged_limit`` is how many nights in a row the history's wall time may go not judged (measured beside
-competing work) before a night fails for it: ``NOT_JUDGED_LIMIT`` unless set with `history append
---not-judged-limit N` (a file without it, written before it existed, has the default).
+measured elsewhere is refused with the reason (a key in an older form, such as the instruction counts' key that once
+named the processor's vendor, is read as today's: harness.speed.instructions.migrated_key). ``accepted`` lists the
+slowdowns a person has accepted (a deliberate trade, a new compiler): the rule (harness.speed.changes) then takes the
+new level as the normal one. ``not_judged_limit`` is how many nights in a row the history's wall time may go not
+judged (measured beside competing work) before a night fails for it: ``NOT_JUDGED_LIMIT`` unless set with `history
+append --not-judged-limit N` (a file without it, written before it existed, has the default).
 
 Every problem (a missing, corrupt or foreign file, another device key, a night's points measured twice) raises
 HistoryError with the fix; the file is written atomically, so a killed job leaves the previous history.
@@ -41,6 +42,7 @@ import numpy as np
 
 from harness.speed.baselines import FORMAT as BASELINE_FORMAT
 from harness.speed.baselines import BaselineError, check_samples, read_json, read_run, write_atomic
+from harness.speed.instructions import migrated_key
 
 FORMAT = "fastpath-speed-history"
 FORMAT_VERSION = 1
@@ -135,7 +137,7 @@ def night_from_files(paths: list, labels=()) -> Night:
                 f"{path} names no device key, so it cannot join a history of one device. Write it with this suite's "
                 "pytest (its machine-info hook adds machine_info['fastpath']['device_key']) or `fastpath-suite bench "
                 "--save-baseline`.")
-        keys.add(run.device_key)
+        keys.add(migrated_key(run.device_key))
         commits.add(run.commit)
         dates.append(run.created_utc or "")
         commands.append(run.command or "")
@@ -251,6 +253,7 @@ def append(path: str | os.PathLike, run_files: list, labels=(), not_judged_limit
     night = night_from_files(run_files, labels)
     key = night.machine["device_key"]
     history = load_history(path) if path.exists() else History(device_key=key, path=path)
+    history.device_key = migrated_key(history.device_key)  # a history begun under a key's older form goes on
     limit_changed = not_judged_limit is not None and check_limit(not_judged_limit) != history.not_judged_limit
     if limit_changed:
         history.not_judged_limit = not_judged_limit
