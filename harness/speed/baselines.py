@@ -28,6 +28,7 @@ skipped silently.
 from __future__ import annotations
 
 import json
+import re
 import math
 import os
 import subprocess
@@ -38,6 +39,17 @@ from pathlib import Path
 
 import numpy as np
 from scipy import stats
+
+
+# An instruction-count device key of the older form named the processor's vendor (instructions.device_key).
+OLD_KEY = re.compile(r"^(callgrind-[^_]+?)-(?:amd|intel|other|unknown)-(?=[^-_]+__)")
+
+
+def migrated_key(key):
+    """A device key of the older form, which named the processor's vendor (callgrind-3.19.0-amd-avx2__torch-...),
+    in today's form (callgrind-3.19.0-avx2__torch-...); any other key as it is."""
+    return OLD_KEY.sub(r"\1-", key) if isinstance(key, str) else key
+
 
 FORMAT = "fastpath-speed-baseline"
 FORMAT_VERSION = 1

@@ -41,8 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.speed.baselines import FORMAT as BASELINE_FORMAT
-from harness.speed.baselines import BaselineError, check_samples, read_json, read_run, write_atomic
-from harness.speed.instructions import migrated_key
+from harness.speed.baselines import BaselineError, check_samples, migrated_key, read_json, read_run, write_atomic
 
 FORMAT = "fastpath-speed-history"
 FORMAT_VERSION = 1

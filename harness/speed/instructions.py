@@ -48,6 +48,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from harness import REPO_ROOT
+from harness.speed.baselines import migrated_key  # noqa: F401 - the instruction keys' older form, read as today's
 
 BASELINE = REPO_ROOT / "baselines" / "instructions.json"
 FORMAT, FORMAT_VERSION = "fastpath-instructions", 2  # of BASELINE
@@ -91,15 +92,6 @@ def device_key(valgrind: str, capability: str, versions: dict) -> str:
     docs/history.md)."""
     return (f"callgrind-{valgrind}-{capability.lower()}__torch-{versions.get('torch')}"
             f"__omnivoice-{versions.get('omnivoice')}")
-
-
-OLD_KEY = re.compile(r"^(callgrind-[^_]+?)-(?:amd|intel|other|unknown)-(?=[^-_]+__)")
-
-
-def migrated_key(key):
-    """A device key of the older form, which named the processor's vendor (callgrind-3.19.0-amd-avx2__torch-...),
-    in today's form (callgrind-3.19.0-avx2__torch-...); any other key as it is."""
-    return OLD_KEY.sub(r"\1-", key) if isinstance(key, str) else key
 
 
 # --- the child: runs under valgrind ------------------------------------------------------------------------------
