@@ -302,15 +302,16 @@ def ci_run(root, install_exit: int, fail: str = "") -> tuple:
     return done, log.read_text().splitlines() if log.exists() else []
 
 
-def test_ci_runs_its_three_stages_in_strict_mode(tmp_path):
+def test_ci_runs_its_four_stages_in_strict_mode(tmp_path):
     """The stand-ins see every stage, in order, each with FASTPATH_STRICT=1 whatever the runner's environment says
     (this one says 0)."""
     done, calls = ci_run(tmp_path, install_exit=0)
     assert done.returncode == 0, done.stdout + done.stderr
     assert [c.split()[:2] for c in calls] == [["python", "FASTPATH_STRICT=1"]] * 2 + [
-        ["fastpath-suite", "FASTPATH_STRICT=1"]], calls
+        ["fastpath-suite", "FASTPATH_STRICT=1"]] * 2, calls
     assert calls[0] == "python FASTPATH_STRICT=1 -m pytest", "the first stage is the README's default run"
     assert "-m control and not cuda" in calls[1] and calls[2].split()[2] == "instructions", calls
+    assert calls[3].split()[2:5] == ["mutants", "--changed-since", "auto"], calls
 
 
 def test_a_failed_install_fails_ci_before_any_later_stage(tmp_path):

@@ -1,0 +1,142 @@
+"""The mutation run (harness.mutants): its choice of mutants, its score and its verdict on a change.
+
+The end-to-end tests run the command on a copy of this checkout with one planted change to fastpath/registry.py,
+against that module's tests only: a line no test reads leaves survivors and fails the change, naming the diff and
+the command to run it again; listed as equivalent, the same mutants pass.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import mutants
+from harness.mutants import Mutant
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def mutant(name="fastpath.registry.x_applied__mutmut_1", path="fastpath/registry.py", function="applied",
+           lines=(322,), before="x = 1", after="x = 2", status=""):
+    return Mutant(name=name, path=path, function=function, lines=list(lines), before=before, after=after,
+                  diff="", status=status)
+
+
+def test_the_interval_is_the_exact_binomial_one():
+    # Clopper-Pearson: all of 10 killed -> lower bound (0.025)^(1/10) = 0.6915; none -> upper 1 - that
+    low, high = mutants.interval(10, 10)
+    assert high == 1.0 and low == pytest.approx(0.025 ** 0.1, abs=1e-9)
+    low, high = mutants.interval(0, 10)
+    assert low == 0.0 and high == pytest.approx(1 - 0.025 ** 0.1, abs=1e-9)
+    low, high = mutants.interval(180, 200)
+    assert low < 0.9 < high < 0.95
+
+
+def test_a_timeout_counts_as_killed_and_an_unrun_mutant_is_not_judged():
+    ms = [mutant(name=f"fastpath.registry.x_applied__mutmut_{i}") for i in range(1, 6)]
+    codes = {ms[0].name: (1, 1.0), ms[1].name: (0, 2.0), ms[2].name: (36, 9.0), ms[3].name: (33, 0.0)}
+    summary = mutants.judge(ms, {"codes": codes, "tests": {"fastpath.registry.x_applied": ["t::a"]}})
+    assert [m.status for m in ms] == ["killed", "survived", "timeout", "no tests", "not judged"]
+    assert (summary["killed"], summary["survived"], summary["timeouts"], summary["not_judged"]) == (2, 2, 1, 1)
+    assert summary["score"] == 0.5 and ms[1].tests == ["t::a"]
+    # a function that runs at import meets unknown tests: its survivor is not judged, not a survivor
+    lazy = mutant(name="fastpath.registry.x__lazy__mutmut_4", function="_lazy")
+    summary = mutants.judge([lazy], {"codes": {lazy.name: (0, 4.0)}, "tests": {}})
+    assert lazy.status == "not judged" and summary["survived"] == 0
+
+
+def test_a_stale_equivalent_entry_is_an_error_naming_it():
+    ms = [mutant()]
+    row = {"path": "fastpath/registry.py", "function": "applied", "before": "x = 1", "after": "x = 2", "reason": "r"}
+    run, equivalent = mutants.split_equivalent(ms, [row])
+    assert run == [] and equivalent == ms
+    stale = dict(row, after="x = 3")
+    with pytest.raises(mutants.MutantsError, match="(?s)no longer exist.*'x = 1' -> 'x = 3'"):
+        mutants.split_equivalent(ms, [row, stale])
+
+
+def test_an_equivalent_entry_needs_a_reason(tmp_path):
+    path = tmp_path / "equivalent.json"
+    path.write_text(json.dumps({"equivalent": [{"path": "p", "function": "f", "before": "a", "after": "b",
+                                                "reason": " "}]}))
+    with pytest.raises(mutants.MutantsError, match="a reason"):
+        mutants.load_equivalent(path)
+
+
+def test_the_reviewed_equivalent_list_is_well_formed():
+    for row in mutants.load_equivalent():
+        assert row["path"] in mutants.MODULES, row
+
+
+def _git(cwd, *args):
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _copy_of_checkout(tmp_path) -> Path:
+    """This checkout's files as they are on disk, as the first commit of a new repository."""
+    copy = tmp_path / "repo"
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                            capture_output=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, copy / name)
+    _git(copy, "init", "-q", "-b", "main")
+    _git(copy, "add", "-A")
+    _git(copy, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "base")
+    return copy
+
+
+def test_changed_lines_and_the_base_of_a_change(tmp_path):
+    copy = _copy_of_checkout(tmp_path)
+    path = copy / "fastpath" / "registry.py"
+    text = path.read_text().replace("def applied(model) -> list:\n",
+                                    "def applied(model) -> list:\n    limit = 64  # planted\n", 1)
+    path.write_text(text)
+    _git(copy, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "planted")
+    line = text.splitlines().index("    limit = 64  # planted") + 1
+    base = mutants.resolve_base("auto", copy)  # on main itself: the last commit's parent
+    assert base == _git(copy, "rev-parse", "HEAD^")
+    assert mutants.changed_lines(base, copy) == {"fastpath/registry.py": {line}}
+    near = [mutant(lines=(line,)), mutant(lines=(line + 1,)), mutant(path="fastpath/loop.py", lines=(line,))]
+    assert mutants.touching(near, {"fastpath/registry.py": {line}}) == near[:1]
+    with pytest.raises(mutants.MutantsError, match="not a commit"):
+        mutants.resolve_base("no-such-ref", copy)
+
+
+def _run(copy, tmp_path, *extra):
+    env = dict(os.environ)
+    return subprocess.run([sys.executable, "-m", "harness", "mutants", "--changed-since", "auto", "--source",
+                           str(copy), "--work", str(tmp_path / "work"), "--modules", "fastpath/registry.py",
+                           "--tests", "tests_patches/test_registry.py", *extra],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+
+
+@pytest.mark.slow
+@pytest.mark.control
+def test_a_planted_surviving_mutant_fails_the_change_until_listed_as_equivalent(tmp_path):
+    copy = _copy_of_checkout(tmp_path)
+    path = copy / "fastpath" / "registry.py"
+    path.write_text(path.read_text().replace("def applied(model) -> list:\n",
+                                             "def applied(model) -> list:\n    limit = 64  # read by nothing\n", 1))
+    _git(copy, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "planted")
+    done = _run(copy, tmp_path, "--results", str(tmp_path / "results"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "SURVIVED: fastpath.registry.x_applied__mutmut_" in done.stdout
+    assert "+    limit = " in done.stdout and "run it again: fastpath-suite mutants --names" in done.stdout
+    figures = json.loads(next((tmp_path / "results" / "mutants").glob("*.json")).read_text())["figures"]
+    survivors = [m for m in figures["mutants"] if m["status"] == "survived"]
+    assert survivors and all(m["before"] == "limit = 64  # read by nothing" for m in survivors)
+    # the known-equivalent control: the same mutants, reviewed as equivalent, pass; nothing else of the change
+    listed = tmp_path / "equivalent.json"
+    listed.write_text(json.dumps({"equivalent": [
+        {k: m[k] for k in ("path", "function", "before", "after")} | {"reason": "planted: read by nothing"}
+        for m in survivors]}))
+    again = _run(copy, tmp_path, "--equivalent", str(listed))
+    assert again.returncode == 0, again.stdout + again.stderr
