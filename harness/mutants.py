@@ -117,8 +117,10 @@ def prepare(work: Path, tests=TESTS, source: Path = ROOT, modules=MODULES) -> Pa
               # torch: plain fork deadlocks in libgomp; the fork server forks from a process with no OpenMP team
               "process_isolation = forkserver", "forkserver_warmup = import",
               "preload_modules_file = mutation-preload.txt",
-              # each mutant's run also pays pytest's session start (the shared-state record, module fixtures)
-              "timeout_constant = 10", "log_to_file = true", ""]
+              # each mutant's run also pays pytest's session start (the shared-state record, module fixtures); a
+              # mutant that hangs (a stream waiting for a worker it stopped) uses no CPU, so mutmut's wall limit,
+              # (tests' time + constant) x multiplier, is what ends it: 4 instead of mutmut's 15
+              "timeout_constant = 10", "timeout_multiplier = 4", "log_to_file = true", ""]
     (work / "setup.cfg").write_text("\n".join(lines))
     return work
 
@@ -403,7 +405,7 @@ def judge(mutants: list, ran: dict) -> dict:
 
 
 def rerun_command(m: Mutant) -> str:
-    return (f"fastpath-suite mutants --names {m.name}   # or, in {work_folder()}: "
+    return (f"fastpath-suite mutants --names {m.name}   # or, in {work_folder() / 'work'}: "
             f"python -m mutmut run {m.name}; python -m mutmut show {m.name}")
 
 
@@ -414,10 +416,13 @@ def render_results(figures: dict) -> str:
     score = "n/a" if s["score"] is None else f"{100 * s['score']:.1f}%"
     out = [f"Engine {figures['engine']}; {figures['selection']}; tests: {', '.join(figures['tests'])}; "
            f"{figures['children']} worker(s); {clock(figures['seconds'])} in all.", "",
-           "| mutants run | killed (timeouts) | survived | not judged | equivalent, left out | score | exact 95% interval |",
+           "| mutants drawn | killed (timeouts) | survived | not judged | equivalent, left out | score | exact 95% interval |",
            "|---:|---:|---:|---:|---:|---:|---|",
            f"| {figures['run']} | {s['killed']} ({s['timeouts']}) | {s['survived']} | {s['not_judged']} | "
            f"{figures['equivalent']} | {score} | {100 * s['interval'][0]:.1f}% to {100 * s['interval'][1]:.1f}% |", ""]
+    if s["not_judged"]:
+        out += [f"{s['not_judged']} of the {figures['run']} mutants did not finish or could not be judged (a run stopped "
+                "early, or a function that runs at import); the score and its interval are of the judged ones.", ""]
     by_module = {}
     for row in figures["mutants"]:
         k, n = by_module.get(row["path"], (0, 0))

@@ -199,3 +199,12 @@ def test_bad_input_is_refused_with_the_fix(model, prompt):
         fastpath.stream(model, TEXT, **{**kwargs(prompt), "audio_chunk_duration": 0})
     with fastpath.stream(model, TEXT, **kwargs(prompt)) as stream:  # the refusals left the model free
         assert next(stream).size > 0
+
+
+def test_a_stream_whose_construction_failed_is_collected_quietly():
+    """A Stream that never got its cancel event (its __init__ raised before setting it) is dropped without an
+    error from __del__: no "Exception ignored" noise in a server's log."""
+    from fastpath.streaming import Stream
+
+    half_built = Stream.__new__(Stream)
+    assert half_built.__del__() is None
