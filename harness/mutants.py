@@ -282,6 +282,9 @@ def resolve_base(ref: str, source: Path = ROOT) -> str:
                            "base commit with --changed-since REF")
     if base == head:
         base = git("rev-parse", "--verify", "HEAD^")
+        if not base and git("rev-parse", "--is-shallow-repository") == "true":
+            git("fetch", "-q", "--deepen=1")  # a shallow clone: fetch the parent, then look again
+            base = git("rev-parse", "--verify", "HEAD^")
         if not base:
             raise MutantsError("--changed-since auto: HEAD is main and has no parent here (a shallow clone?); fetch "
                                "at least two commits (git fetch --deepen=1) or name the base with --changed-since")
