@@ -313,7 +313,8 @@ def touching(mutants: list, lines: dict) -> list:
 
 # --- run ------------------------------------------------------------------------------------------------------------
 
-def run_mutants(work: Path, mutants: list, children: int, budget: float | None, progress: Progress) -> dict:
+def run_mutants(work: Path, mutants: list, children: int, budget: float | None, progress: Progress,
+                tests=TESTS) -> dict:
     """`mutmut run` on the named mutants; {name: (exit code or None, seconds)} and mutmut's tests per function."""
     log = work / "mutants" / "mutmut-debug.log"
     if log.exists():
@@ -324,7 +325,7 @@ def run_mutants(work: Path, mutants: list, children: int, budget: float | None, 
     env = dict(os.environ, PYTHONPATH=str(work / "mutants"), FASTPATH_CACHE=str(cache_dir()))
     output = (work / "mutmut-output.txt").open("w")
     command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children)] + [m.name for m in mutants]
-    progress.say(f"mutmut: stats run of the tests ({', '.join(TESTS)}), a clean run, then {len(mutants)} mutants "
+    progress.say(f"mutmut: stats run of the tests ({', '.join(tests)}), a clean run, then {len(mutants)} mutants "
                  f"on {children} worker(s)")
     proc = subprocess.Popen(command, cwd=work, env=env, stdout=output, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -360,7 +361,7 @@ def run_mutants(work: Path, mutants: list, children: int, budget: float | None, 
     text = (work / "mutmut-output.txt").read_text(errors="replace")
     if proc.returncode not in (0, None) and not out_of_time and not seen:
         raise MutantsError(f"mutmut stopped before running a mutant (exit {proc.returncode}); its output ends:\n"
-                           f"{_tail(text)}\nthe tests must pass on the unmutated code first (pytest {' '.join(TESTS)})")
+                           f"{_tail(text)}\nthe tests must pass on the unmutated code first (pytest {' '.join(tests)})")
     codes = {}
     for path in {m.path for m in mutants}:
         meta = work / "mutants" / (path + ".meta")
@@ -482,8 +483,7 @@ def main(argv=None) -> int:
 def _main(args, progress: Progress) -> int:
     from harness import results
 
-    global TESTS
-    TESTS = tuple(args.tests)
+    tests = tuple(args.tests)
     source = args.source.resolve()
     work = args.work or (work_folder() / "work")
     if args.changed_since:
@@ -494,7 +494,7 @@ def _main(args, progress: Progress) -> int:
             return 0
     modules = [m for m in args.modules if not args.changed_since or m in lines]
     progress.say(f"preparing {work} and generating the mutants of {', '.join(modules)}")
-    prepare(work, TESTS, source, modules)
+    prepare(work, tests, source, modules)
     everything = generate(work, modules)
     rows = [row for row in load_equivalent(args.equivalent) if row["path"] in modules]
     candidates, equivalent = split_equivalent(everything, rows, args.equivalent)
@@ -519,9 +519,9 @@ def _main(args, progress: Progress) -> int:
         chosen = sample(candidates, args.sample, args.seed)
         selection = f"a sample of {len(chosen)} of {len(candidates)} mutants (seed {args.seed})"
     progress.say(f"{len(everything)} mutants generated, {len(equivalent)} listed as equivalent; running {selection}")
-    ran = run_mutants(work, chosen, args.children, args.budget, progress)
+    ran = run_mutants(work, chosen, args.children, args.budget, progress, tests)
     summary = judge(chosen, ran)
-    figures = {"engine": ENGINE, "selection": selection, "tests": list(TESTS), "children": args.children,
+    figures = {"engine": ENGINE, "selection": selection, "tests": list(tests), "children": args.children,
                "seconds": ran["seconds"], "generated": len(everything), "equivalent": len(equivalent),
                "run": len(chosen), "summary": summary, "mutants": [asdict(m) for m in chosen]}
     results.write_if_asked(args, "mutants", figures)
