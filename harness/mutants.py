@@ -63,6 +63,10 @@ STATUS = {1: KILLED, 3: KILLED, -11: KILLED, -9: KILLED, 0: SURVIVED, 5: NO_TEST
 # calls to whichever test imported fastpath first, so their mutants meet the wrong tests; not judged, and listed
 IMPORT_TIME = {("fastpath/registry.py", "_lazy"), ("fastpath/registry.py", "_loop"),
                ("fastpath/registry.py", "_register")}
+MULTIPLIER, CONFIRM = 4, 3
+# one thread per worker: two workers of torch's two threads on two cores ran tests_patches/test_registry.py in 80 s
+# each, against 30 s at one thread each (and 25 s for one run alone), so mutants timed out that would have passed
+THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 COMPLETED = re.compile(r"Completed (\S+): exit=(-?\d+) \(([\d.]+)s\)")
 
 
@@ -119,8 +123,9 @@ def prepare(work: Path, tests=TESTS, source: Path = ROOT, modules=MODULES) -> Pa
               "preload_modules_file = mutation-preload.txt",
               # each mutant's run also pays pytest's session start (the shared-state record, module fixtures); a
               # mutant that hangs (a stream waiting for a worker it stopped) uses no CPU, so mutmut's wall limit,
-              # (tests' time + constant) x multiplier, is what ends it: 4 instead of mutmut's 15
-              "timeout_constant = 10", "timeout_multiplier = 4", "log_to_file = true", ""]
+              # (tests' time + constant) x multiplier, is what ends it: 4 instead of mutmut's 15 (a timeout is
+              # confirmed alone at CONFIRM x that limit before it counts, run_mutants)
+              "timeout_constant = 10", f"timeout_multiplier = {MULTIPLIER}", "log_to_file = true", ""]
     (work / "setup.cfg").write_text("\n".join(lines))
     return work
 
@@ -313,20 +318,50 @@ def touching(mutants: list, lines: dict) -> list:
 
 # --- run ------------------------------------------------------------------------------------------------------------
 
+def run_and_confirm(work: Path, mutants: list, children: int, budget: float | None, progress: Progress,
+                    tests=TESTS) -> dict:
+    """run_mutants, then each mutant that timed out once more, alone (one worker) with CONFIRM x the time: only a
+    timeout seen again counts (as killed). One that passes alone is a survivor; one whose second run did not finish
+    within the budget is not judged (ran["unconfirmed"])."""
+    ran = run_mutants(work, mutants, children, budget, progress, tests)
+    ran["unconfirmed"] = []
+    timed_out = [m for m in mutants if m.name in ran["completed"] and STATUS.get(ran["codes"][m.name][0]) == TIMEOUT]
+    if not timed_out:
+        return ran
+    left = None if budget is None else budget - ran["seconds"]
+    if left is None or left > 0:
+        progress.say(f"{len(timed_out)} timeout(s) to confirm: each again alone, with {CONFIRM} x the time")
+        again = run_mutants(work, timed_out, 1, left, progress, tests, multiplier=MULTIPLIER * CONFIRM, stats=False)
+        ran["codes"].update({name: again["codes"][name] for name in again["completed"]})
+        ran["seconds"] += again["seconds"]
+        ran["out_of_time"] = again["out_of_time"]
+    else:
+        again = {"completed": set()}
+    for m in timed_out:
+        if m.name not in again["completed"]:
+            ran["codes"][m.name] = (None, ran["codes"][m.name][1])
+            ran["unconfirmed"].append(m.name)
+    return ran
+
+
 def run_mutants(work: Path, mutants: list, children: int, budget: float | None, progress: Progress,
-                tests=TESTS) -> dict:
-    """`mutmut run` on the named mutants; {name: (exit code or None, seconds)} and mutmut's tests per function."""
+                tests=TESTS, multiplier: int = MULTIPLIER, stats: bool = True) -> dict:
+    """`mutmut run` on the named mutants: {"codes": {name: (exit code or None, seconds)}, "tests": mutmut's tests
+    per function, "completed": the names this run finished, "out_of_time", "seconds"}."""
     log = work / "mutants" / "mutmut-debug.log"
     if log.exists():
         log.unlink()
+    config = work / "setup.cfg"
+    config.write_text(re.sub(r"(?m)^timeout_multiplier = .*$", f"timeout_multiplier = {multiplier}",
+                             config.read_text()))
     from harness.checkpoint import cache_dir
 
     # children started by tests import the mutated fastpath too; built checkpoints are shared with the checkout's
-    env = dict(os.environ, PYTHONPATH=str(work / "mutants"), FASTPATH_CACHE=str(cache_dir()))
+    env = dict(os.environ, PYTHONPATH=str(work / "mutants"), FASTPATH_CACHE=str(cache_dir()), **THREADS)
     output = (work / "mutmut-output.txt").open("w")
     command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children)] + [m.name for m in mutants]
-    progress.say(f"mutmut: stats run of the tests ({', '.join(tests)}), a clean run, then {len(mutants)} mutants "
-                 f"on {children} worker(s)")
+    progress.say((f"mutmut: stats run of the tests ({', '.join(tests)}), a clean run, then " if stats else
+                  "mutmut: a clean run of their tests, then ") + f"{len(mutants)} mutant(s) on {children} worker(s)")
     proc = subprocess.Popen(command, cwd=work, env=env, stdout=output, stderr=subprocess.STDOUT,
                             start_new_session=True)
     started, seen, counts, first = time.monotonic(), {}, {}, None
@@ -371,7 +406,8 @@ def run_mutants(work: Path, mutants: list, children: int, budget: float | None, 
                 codes[name] = (code, data.get("durations_by_key", {}).get(name))
     stats_file = work / "mutants" / "mutmut-stats.json"
     tests = json.loads(stats_file.read_text()).get("tests_by_mangled_function_name", {}) if stats_file.exists() else {}
-    return {"codes": codes, "tests": tests, "out_of_time": out_of_time, "seconds": time.monotonic() - started}
+    return {"codes": codes, "tests": tests, "completed": set(seen), "out_of_time": out_of_time,
+            "seconds": time.monotonic() - started}
 
 
 def _tail(text: str, lines: int = 40) -> str:
@@ -519,11 +555,12 @@ def _main(args, progress: Progress) -> int:
         chosen = sample(candidates, args.sample, args.seed)
         selection = f"a sample of {len(chosen)} of {len(candidates)} mutants (seed {args.seed})"
     progress.say(f"{len(everything)} mutants generated, {len(equivalent)} listed as equivalent; running {selection}")
-    ran = run_mutants(work, chosen, args.children, args.budget, progress, tests)
+    ran = run_and_confirm(work, chosen, args.children, args.budget, progress, tests)
     summary = judge(chosen, ran)
     figures = {"engine": ENGINE, "selection": selection, "tests": list(tests), "children": args.children,
                "seconds": ran["seconds"], "generated": len(everything), "equivalent": len(equivalent),
-               "run": len(chosen), "summary": summary, "mutants": [asdict(m) for m in chosen]}
+               "run": len(chosen), "summary": summary, "unconfirmed": ran["unconfirmed"],
+               "mutants": [asdict(m) for m in chosen]}
     results.write_if_asked(args, "mutants", figures)
     print(report(figures, chosen))
     unrun = [m for m in chosen if m.status == OTHER and (m.path, m.function) not in IMPORT_TIME]
@@ -548,11 +585,13 @@ def report(figures: dict, chosen: list) -> str:
     for m in chosen:
         if m.status == OTHER:
             why = ("runs at import, so mutmut cannot tell which tests meet it" if (m.path, m.function) in IMPORT_TIME
-                   else "did not finish")
+                   else "timed out beside another mutant; its run alone did not finish in time"
+                   if m.name in figures.get("unconfirmed", []) else "did not finish")
             lines.append(f"not judged: {m.name} ({m.path} line {m.lines[0] if m.lines else '?'}): {why}")
     for m in chosen:
         if m.status == TIMEOUT:
-            lines.append(f"timeout: {m.name} ({m.path} line {m.lines[0] if m.lines else '?'})")
+            lines.append(f"timeout: {m.name} ({m.path} line {m.lines[0] if m.lines else '?'}), again when run alone "
+                         f"with {CONFIRM} x the time")
     for m in chosen:
         if m.status in (SURVIVED, NO_TESTS):
             ran = ("no test calls this function" if m.status == NO_TESTS else

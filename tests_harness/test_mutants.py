@@ -51,6 +51,41 @@ def test_a_timeout_counts_as_killed_and_an_unrun_mutant_is_not_judged():
     assert lazy.status == "not judged" and summary["survived"] == 0
 
 
+def _fake_runs(monkeypatch, first: dict, second: dict):
+    """run_mutants replaced: the first call returns `first` codes, the second `second` (only those finish)."""
+    calls = []
+
+    def fake(work, chosen, children, budget, progress, tests=mutants.TESTS, multiplier=mutants.MULTIPLIER,
+             stats=True):
+        calls.append(([m.name for m in chosen], children, multiplier))
+        codes = first if len(calls) == 1 else second
+        return {"codes": dict(codes), "tests": {}, "completed": set(codes), "out_of_time": len(calls) > 1 and
+                len(second) < len(chosen), "seconds": 100.0}
+
+    monkeypatch.setattr(mutants, "run_mutants", fake)
+    return calls
+
+
+def test_a_timeout_counts_only_when_it_times_out_again_alone(monkeypatch):
+    from harness.progress import Progress
+
+    ms = [mutant(name=f"fastpath.registry.x_applied__mutmut_{i}") for i in range(1, 4)]
+    calls = _fake_runs(monkeypatch, {ms[0].name: (-24, 72.5), ms[1].name: (-24, 72.5), ms[2].name: (1, 3.0)},
+                       {ms[0].name: (-24, 217.0), ms[1].name: (0, 30.0)})
+    ran = mutants.run_and_confirm(Path("work"), ms, 2, None, Progress("test", quiet=True))
+    assert calls[1] == ([ms[0].name, ms[1].name], 1, mutants.MULTIPLIER * mutants.CONFIRM)
+    summary = mutants.judge(ms, ran)
+    # slow beside another mutant but passing alone: a survivor, not a kill
+    assert [m.status for m in ms] == ["timeout", "survived", "killed"] and summary["killed"] == 2
+    # the confirmation cut short by the budget: that mutant is not judged, and says why
+    ms = [mutant(name=f"fastpath.registry.x_applied__mutmut_{i}") for i in range(1, 3)]
+    _fake_runs(monkeypatch, {ms[0].name: (-24, 72.5), ms[1].name: (-24, 72.5)}, {ms[0].name: (-24, 217.0)})
+    ran = mutants.run_and_confirm(Path("work"), ms, 2, 1000.0, Progress("test", quiet=True))
+    summary = mutants.judge(ms, ran)
+    assert [m.status for m in ms] == ["timeout", "not judged"] and ran["unconfirmed"] == [ms[1].name]
+    assert summary["killed"] == 1 and summary["not_judged"] == 1
+
+
 def test_a_stale_equivalent_entry_is_an_error_naming_it():
     ms = [mutant()]
     row = {"path": "fastpath/registry.py", "function": "applied", "before": "x = 1", "after": "x = 2", "reason": "r"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+import torch
 
 import fastpath
 from fastpath import prompt_cache
@@ -64,6 +65,34 @@ def test_deepcopy_of_a_patched_model_carries_its_patches_and_reverts_to_stock(mo
         assert fastpath.applied(model) == STACK and "_generate_iterative" in model.__dict__, (
             "reverting the copy reverted the original")
         assert same(waveforms(model), stock)
+    finally:
+        fastpath.revert(model)
+    assert instance_attributes(model) == stock_state
+
+
+def test_deepcopy_of_a_patched_model_is_its_own_without_generating(model):
+    """The default run's share of the control above (no generation, a second or two): the copy carries the patches
+    and its own copy of the voice-prompt cache, whose misses call the copy's own stock method, and it reverts to
+    stock on its own."""
+    stock_state = instance_attributes(model)
+    audio, text = reference("ref_3s")
+    fastpath.apply(model, STACK)
+    try:
+        prompt = model.create_voice_clone_prompt(ref_audio=audio, ref_text=text)
+        twin = copy.deepcopy(model)
+        assert fastpath.applied(twin) == STACK
+        own, original = twin._fastpath_prompt_cache, model._fastpath_prompt_cache
+        assert own is not original and own.original.__self__ is twin, "the copy's cache is the original's"
+        again = twin.create_voice_clone_prompt(ref_audio=audio, ref_text=text)
+        assert prompt_cache.stats(twin)["hits"] == 1 and prompt_cache.stats(model)["hits"] == 0
+        assert torch.equal(again.ref_audio_tokens, prompt.ref_audio_tokens)
+        assert again.ref_audio_tokens.data_ptr() != prompt.ref_audio_tokens.data_ptr(), "the entry is shared"
+        twin.create_voice_clone_prompt(ref_audio=audio, ref_text=text, preprocess_prompt=False)  # a miss
+        assert prompt_cache.stats(twin)["misses"] == 2 and prompt_cache.stats(model)["misses"] == 1
+        assert fastpath.revert(twin) == []
+        assert instance_attributes(twin) == stock_state, "the reverted copy still carries patches"
+        assert fastpath.applied(model) == STACK and "_generate_iterative" in model.__dict__, (
+            "reverting the copy reverted the original")
     finally:
         fastpath.revert(model)
     assert instance_attributes(model) == stock_state

@@ -1,0 +1,58 @@
+"""The loop's batch layouts (fastpath.loop.padded_groups, trimmed_groups) built from synthetic rows, no model:
+which rows share a forward batch, and where the tensors they build live.
+
+Three items whose prompts are all 10 positions long; item 1's target is 5 positions, items 0 and 2 have 4. So the
+conditional rows have one length (10) and two starts (6, 5); the unconditional rows (target only) have lengths 4, 5, 4.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from fastpath import loop
+
+C_LENS, T_LENS = [10, 10, 10], [4, 5, 4]
+
+
+def fake_model(device: str):
+    return SimpleNamespace(config=SimpleNamespace(num_audio_codebook=2, audio_mask_id=9), device=torch.device(device))
+
+
+def inputs(device: str) -> list:
+    return [{"input_ids": torch.zeros(1, 2, c, dtype=torch.long, device=device),
+             "audio_mask": torch.zeros(1, c, dtype=torch.bool, device=device)} for c in C_LENS]
+
+
+def batches(groups) -> list:
+    return [[(row.item, row.cond) for row in group.rows] for group in groups]
+
+
+def test_rows_of_one_length_share_a_batch_and_by_start_splits_them_by_start():
+    model = fake_model("cpu")
+    plain = loop.trimmed_groups(model, inputs("cpu"), C_LENS, T_LENS)
+    assert batches(plain) == [[(0, True), (1, True), (2, True)], [(1, False)], [(0, False), (2, False)]]
+    # prefix_kv_cache keeps one prefix length per batch: items 0 and 2 (start 6) together, item 1 (start 5) alone,
+    # and no more batches than that
+    by_start = loop.trimmed_groups(model, inputs("cpu"), C_LENS, T_LENS, by_start=True)
+    assert batches(by_start) == [[(1, True)], [(0, True), (2, True)], [(1, False)], [(0, False), (2, False)]]
+    assert all(len({row.start for row in group.rows}) == 1 for group in by_start)
+
+
+LAYOUTS = [
+    pytest.param(lambda m, x: loop.padded_groups(m, x, C_LENS, T_LENS), id="padded"),
+    pytest.param(lambda m, x: loop.trimmed_groups(m, x, C_LENS, T_LENS), id="trimmed"),
+    pytest.param(lambda m, x: loop.trimmed_groups(m, x, C_LENS, T_LENS, own_width=True), id="trimmed-own-width"),
+    pytest.param(lambda m, x: loop.trimmed_groups(m, x, C_LENS, T_LENS, by_start=True), id="trimmed-by-start"),
+]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_every_tensor_of_a_layout_is_on_the_models_device(layout):
+    # a device that is not the CPU, on a machine without a GPU: a tensor made without device= lands on the CPU
+    groups = layout(fake_model("meta"), inputs("meta"))
+    placed = {(name, tuple(getattr(g, name).shape), getattr(g, name).device.type)
+              for g in groups for name in ("input_ids", "audio_mask", "attention_mask")}
+    assert groups and {device for *_, device in placed} == {"meta"}, sorted(placed)
