@@ -117,3 +117,23 @@ def test_tiny_checkpoint_sees_target_lengths_that_stress_kernels(model):
         lens += task.target_lens
     assert min(lens) < 40, f"shortest target is {min(lens)} frames; add a shorter text to POINTS"
     assert len(set(lens)) > 1, f"all targets are {lens[0]} frames: the mixed batch has no second length"
+
+
+# (patch, position temperature): the points above sample at upstream's default (5.0); these are the other sides of
+# upstream's `position_temperature > 0` switch, through each of the loop's two unmasking paths
+TEMPERATURES = [
+    pytest.param("trimmed_cfg", 0.0, id="per-item-no-noise"),  # upstream's per-item scoring: no noise at 0
+    pytest.param("batched_scoring", 0.5, id="batched-mild-noise"),  # noise below 1 is still noise
+]
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("patch, temperature", TEMPERATURES)
+def test_position_temperatures_other_than_the_default_are_stock(model, patch, temperature):
+    kwargs = dict(text="No noise on the positions.", language="en", num_step=4, position_temperature=temperature)
+    stock = record_generation(model, seed=0, **kwargs)
+    with fastpath.patched(model, [patch]):
+        candidate = record_generation(model, seed=0, **kwargs)
+    assert stock.steps and stock.tokens, "the stock run recorded nothing"
+    problems = compare_runs(stock, candidate)
+    assert not problems, f"{patch} at position_temperature {temperature} is not bit-exact:\n  " + "\n  ".join(problems)

@@ -10,6 +10,7 @@ baselines/prefix_kv_cache.json; the work it removes is counted in tests_speed/te
 from __future__ import annotations
 
 import pytest
+import torch
 
 import fastpath
 from fastpath import loop
@@ -59,3 +60,26 @@ def test_refresh_refuses_nonsense(model):
         with pytest.raises(ValueError, match="integer >= 1"):
             loop.set_prefix_refresh(model, bad)
     assert loop.REFRESH_ATTR not in model.__dict__
+
+
+def test_keep_prefix_crops_the_cache_back_to_the_prefix():
+    from transformers import DynamicCache
+
+    keys = torch.randn(1, 2, 6, 4, generator=torch.Generator().manual_seed(0))  # [G, kv_heads, positions, d]
+    cache = DynamicCache()
+    cache.update(keys, keys + 1, 0)
+    loop.keep_prefix(cache, 5)  # one position past the prefix: a target of one frame
+    assert cache.get_seq_length() == 5 and torch.equal(cache.layers[0].keys, keys[:, :, :5])
+    loop.keep_prefix(cache, 5)  # nothing past it: nothing changes
+    assert cache.get_seq_length() == 5 and torch.equal(cache.layers[0].values, keys[:, :, :5] + 1)
+
+
+def test_where_gemm_rows_depend_on_the_row_count_sliced_heads_steps_aside_and_says_so(model, monkeypatch):
+    """In the grouped layouts sliced_heads needs GEMM rows whose bits ignore the row count; on a machine whose do
+    not (stood in for here), the generate runs the heads on every position and says so on the model, once."""
+    monkeypatch.setattr(loop, "gemm_rows_independent", lambda model: False)
+    with fastpath.patched(model, ["sliced_heads", "prefix_kv_cache"]):
+        assert loop.effective_flags(model, {"sliced_heads", "prefix_kv_cache"}) == {"prefix_kv_cache"}
+        for _ in range(2):
+            model.generate(text="Hi.", language="en", num_step=2)
+        assert model.__dict__.get("_fastpath_warnings") == [loop.GROUPED_FULL_HEADS]

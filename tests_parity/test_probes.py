@@ -103,3 +103,71 @@ def test_padded_gemms_runs_only_the_named_shapes_on_more_rows(model):
     assert seen.pop(shape) == {37}, f"{shape}: not run on the 37 rows asked for"
     assert all(rows == {20} for rows in seen.values()), f"other shapes padded: {seen}"
     assert not any(m._forward_pre_hooks or m._forward_hooks for m in linears), "padded_gemms left a hook behind"
+
+
+@pytest.mark.parametrize("threshold", [12, 36, 50])
+def test_row_count_bisects_to_the_kernels_row_count_threshold(monkeypatch, threshold):
+    """Where no count just above the least gives stock's bits, row_count bisects above for the smallest that does.
+    The kernel is stood in for: a GEMM whose bits change where it switches blocking at `threshold` rows (below it,
+    every output one ulp off). Stock's call of 64 rows is past the switch; the scan (least 4 .. 4 + PROBE_SCAN - 1)
+    is below it, so only the bisection can find it."""
+    real = torch.nn.functional.linear
+
+    def kernel(x, w, bias=None):
+        out = real(x, w, bias)
+        return out if x.size(0) >= threshold else torch.nextafter(out, out + 1)
+
+    monkeypatch.setattr(torch.nn.functional, "linear", kernel)
+    monkeypatch.setattr(loop, "_ROW_COUNTS", {})  # its memo is keyed by shapes, not by the kernel
+    least = 4
+    assert least + loop.PROBE_SCAN <= threshold
+    assert loop.row_count([fresh((5, 3))], torch.arange(least), 64, least) == threshold
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("mask", ["none", "as wide as the keys"])
+def test_the_padded_key_attention_passes_a_call_it_need_not_pad_to_the_attention_it_wraps(model, mask):
+    """trimmed_cfg's attention (loop.padded_key_attention) pads keys only up to a wider 4-D mask; a call without a
+    mask, or with one as wide as the keys, is the wrapped attention's own call, bit for bit."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    attn = model.llm.layers[0].self_attn
+    inner = model.llm.config._attn_implementation.split("|")[-1]
+    h, kv, d = model.llm.config.num_attention_heads, model.llm.config.num_key_value_heads, attn.head_dim
+    q, k, v = (fresh((1, 20, heads, d), seed).transpose(1, 2) for heads, seed in ((h, 1), (kv, 2), (kv, 3)))
+    m = None if mask == "none" else torch.ones(1, 1, 20, 20, dtype=torch.bool)
+    kwargs = {"scaling": attn.scaling, "dropout": 0.0}
+    wrapped = loop.padded_key_attention(inner)
+    with torch.no_grad():
+        want = ALL_ATTENTION_FUNCTIONS[inner](attn, q, k, v, m, **kwargs)[0]
+        got = wrapped(attn, q, k, v, m, **kwargs)[0]
+    assert torch.equal(got, want)
+
+
+# (P keys and queries, n real queries, which (Q, K) cuts the stand-in kernel gives stock's bits at, the cut expected)
+CUT_CASES = [
+    # P = 200: stock's flash kernel runs 64-query blocks from 192 queries up; 64 queries are not enough here, the
+    # cut that keeps stock's block count is
+    pytest.param(200, 40, lambda Q, K: Q >= 192, (192, 192), id="64-query-blocks"),
+    # P = 768: 256-query blocks, so no cut below 768 queries is tried (one at 192 would be, with 64-query blocks)
+    pytest.param(768, 40, lambda Q, K: Q >= 192, (768, 768), id="256-query-blocks"),
+    # no cut on the list gives stock's bits: the whole width
+    pytest.param(100, 40, lambda Q, K: (Q, K) == (100, 100), (100, 100), id="none-exact"),
+]
+
+
+@pytest.mark.parametrize("P, n, exact, want", CUT_CASES)
+def test_attention_cut_tries_its_list_in_order_and_falls_back_to_the_whole_width(monkeypatch, P, n, exact, want):
+    """attention_cut's short list (queries rounded to 32, then to stock's query block; keys to 64, 512, P) against a
+    stand-in kernel whose output for the real queries is stock's only at the cuts `exact` allows."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    def kernel(module, q, k, v, mask, **kwargs):  # [B, Q, heads, d]: zeros where exact, ones elsewhere
+        Q, K = q.size(2), k.size(2)  # a batch other than stock's one row runs other blocks: other bits
+        return torch.full((q.size(0), Q, q.size(1), q.size(3)), 0.0 if exact(Q, K) and q.size(0) == 1 else 1.0), None
+
+    monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS, "stand_in", kernel)
+    monkeypatch.setattr(loop, "_ATTENTION_CUTS", {})  # its memo is keyed by shapes, not by the kernel
+    query, key = torch.zeros(1, 2, P, 4), torch.zeros(1, 1, P, 4)
+    mask = torch.ones(1, 1, P, P, dtype=torch.bool)
+    assert loop.attention_cut("stand_in", None, query, key, mask, n, {}) == want

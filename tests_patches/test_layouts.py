@@ -56,3 +56,30 @@ def test_every_tensor_of_a_layout_is_on_the_models_device(layout):
     placed = {(name, tuple(getattr(g, name).shape), getattr(g, name).device.type)
               for g in groups for name in ("input_ids", "audio_mask", "attention_mask")}
     assert groups and {device for *_, device in placed} == {"meta"}, sorted(placed)
+
+
+def scoring_calls(spans, limit, monkeypatch):
+    """loop.score_runs over packed logits [2, C=2, N=10, V=3] with a stand-in for upstream's scoring: the calls it
+    made (their columns, and whether each was a view of the packed logits), and its result."""
+    logits = torch.arange(2 * 2 * 10 * 3, dtype=torch.float32).reshape(2, 2, 10, 3)
+    calls = []
+
+    def predict(cond, uncond, gen_config):  # [1, C, n, V] each -> tokens, scores [1, C, n]
+        view = cond.untyped_storage().data_ptr() == logits.untyped_storage().data_ptr()
+        calls.append(((cond[0, 0, :, 0] / 3).long().tolist(), view))  # column of each frame (row 0, codebook 0)
+        return cond.argmax(-1), cond.amax(-1)
+
+    monkeypatch.setattr(loop, "SCORE_RUN_ELEMENTS", limit)
+    tokens, scores = loop.score_runs(SimpleNamespace(_predict_tokens_with_scoring=predict), logits, spans, None)
+    columns = [c for first, n in spans for c in range(first, first + n)]
+    assert torch.equal(scores, logits[0:1, :, columns].amax(-1)), "the runs changed the scores"
+    return calls
+
+
+def test_scoring_runs_hold_as_many_items_as_fit_and_read_contiguous_columns_in_place(monkeypatch):
+    # C * V = 6 elements a frame: 50 hold the first two items (7 frames, 42), not the third as well (60)
+    calls = scoring_calls([(0, 4), (4, 3), (7, 3)], 50, monkeypatch)
+    assert calls == [([0, 1, 2, 3, 4, 5, 6], True), ([7, 8, 9], True)]
+    # items that are not side by side in the packed columns: gathered (a copy), in item order
+    calls = scoring_calls([(0, 2), (5, 3)], float("inf"), monkeypatch)
+    assert calls == [([0, 1, 5, 6, 7], False)]

@@ -31,10 +31,12 @@ def test_hits_on_same_content_misses_on_other(cached, tmp_path):
     shutil.copy(REF_6S[0], renamed)
     again = cached.create_voice_clone_prompt(ref_audio=str(renamed), ref_text=REF_6S[1])
     assert torch.equal(again.ref_audio_tokens, first.ref_audio_tokens) and (cache.hits, cache.misses) == (1, 1)
+    cached.create_voice_clone_prompt(ref_audio=REF_6S[0], ref_text=REF_6S[1])
+    assert (cache.hits, cache.misses) == (2, 1), "hits are counted, not flagged"
     cached.create_voice_clone_prompt(ref_audio=REF_6S[0], ref_text=REF_6S[1] + " extra")
     cached.create_voice_clone_prompt(ref_audio=REF_6S[0], ref_text=REF_6S[1], preprocess_prompt=False)
     cached.create_voice_clone_prompt(ref_audio=REF_3S[0], ref_text=REF_3S[1])
-    assert (cache.hits, cache.misses) == (1, 4)
+    assert (cache.hits, cache.misses) == (2, 4)
 
 
 def test_generate_with_ref_audio_goes_through_the_cache(cached):
@@ -166,6 +168,9 @@ def test_the_cache_is_bounded_least_recently_used_first(cached):
     prompt_cache.set_limits(cached, max_entries=10, max_bytes=size)  # bytes bound: one prompt fits
     stats = prompt_cache.stats(cached)
     assert (stats["entries"], stats["bytes"]) == (1, size), stats
+    prompt_cache.set_limits(cached, max_entries=1, max_bytes=1 << 30)  # 1 is a bound like any other
+    stats = prompt_cache.stats(cached)
+    assert (stats["entries"], stats["max_entries"]) == (1, 1), stats
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="positive int"):
             prompt_cache.set_limits(cached, max_entries=bad)
@@ -228,6 +233,7 @@ SPOILED = [
     pytest.param(lambda e: e.update(ref_rms=math.nan), "ref_rms", id="rms-nan"),
     pytest.param(lambda e: e.update(ref_text=3), "ref_text", id="text-not-str"),
     pytest.param(lambda e: e.pop("ref_rms"), "fields", id="missing-field"),
+    pytest.param(spoil_tokens(lambda t: t.tolist()), "tokens are list", id="tokens-a-list"),
 ]
 
 
@@ -240,9 +246,11 @@ def test_load_checks_every_entry_and_adds_none_of_a_bad_file(cached, tmp_path, s
     spoil(blob["entries"][key])
     torch.save(blob, path)
     before = list(cached._fastpath_prompt_cache.entries)
-    with pytest.raises(prompt_cache.PromptCacheError, match=named):
+    with pytest.raises(prompt_cache.PromptCacheError, match=named) as refused:
         prompt_cache.load(cached, path)
     assert list(cached._fastpath_prompt_cache.entries) == before, "a file with a bad entry added some of its entries"
+    # the refusal names the entry by the first 12 characters of its key
+    assert f"entry {key[:12]} " in str(refused.value) or f"entry {key[:12]}:" in str(refused.value), refused.value
 
 
 def test_load_refuses_bad_keys_and_old_versions(cached, tmp_path):

@@ -223,15 +223,17 @@ def test_flops_match_the_recorded_counts(model, checkpoint, point, request):
 
 
 @pytest.mark.cpu
-@pytest.mark.parametrize("refresh", [None, 2, 4], ids=["default", "2", "4"])
-def test_prefix_kv_cache_runs_only_the_target_between_refreshes(model, refresh):
+@pytest.mark.parametrize("refresh, alone", [(None, False), (2, False), (4, False), (2, True)],
+                         ids=["default", "2", "4", "2-alone"])
+def test_prefix_kv_cache_runs_only_the_target_between_refreshes(model, refresh, alone):
     """LLM positions: the conditional row is whole at refresh steps, its target only in between; the
-    unconditional row (target only) is unchanged. With no refresh set, every loop.DEFAULT_REFRESH steps."""
+    unconditional row (target only) is unchanged. With no refresh set, every loop.DEFAULT_REFRESH steps; the same
+    applied alone, without the lossless stack."""
     kwargs = POINTS["voice_clone_audio"]
     (c_len,), (t_len,) = lengths(model, kwargs)
     refreshes = math.ceil(NUM_STEP / (refresh or loop.DEFAULT_REFRESH))
     want = refreshes * c_len + (NUM_STEP - refreshes) * t_len + NUM_STEP * max(t_len, loop.MIN_ROWS)
-    with fastpath.patched(model, list(fastpath.LOSSLESS) + ["prefix_kv_cache"]):
+    with fastpath.patched(model, ["prefix_kv_cache"] if alone else list(fastpath.LOSSLESS) + ["prefix_kv_cache"]):
         if refresh is not None:
             loop.set_prefix_refresh(model, refresh)
         got = count_work(model, seed=0, num_step=NUM_STEP, **kwargs).llm_positions
