@@ -455,8 +455,9 @@ def render_results(figures: dict) -> str:
     s = figures["summary"]
     score = "n/a" if s["score"] is None else f"{100 * s['score']:.1f}%"
     out = [f"Engine {figures['engine']}; {figures['selection']}; tests: {', '.join(figures['tests'])}; "
-           f"{figures['children']} worker(s); {clock(figures['seconds'])} in all.", "",
-           "| mutants drawn | killed (timeouts) | survived | not judged | equivalent, left out | score | exact 95% interval |",
+           f"{figures['children']} worker(s) of {figures.get('threads', 1)} torch thread each; "
+           f"{clock(figures['seconds'])} in all.", "",
+           "| mutants run | killed (timeouts) | survived | not judged | equivalent, left out | score | exact 95% interval |",
            "|---:|---:|---:|---:|---:|---:|---|",
            f"| {figures['run']} | {s['killed']} ({s['timeouts']}) | {s['survived']} | {s['not_judged']} | "
            f"{figures['equivalent']} | {score} | {100 * s['interval'][0]:.1f}% to {100 * s['interval'][1]:.1f}% |", ""]
@@ -529,6 +530,10 @@ def _main(args, progress: Progress) -> int:
             print(f"mutants: no line of {', '.join(args.modules)} changed since {base[:12]}: nothing to mutate")
             return 0
     modules = [m for m in args.modules if not args.changed_since or m in lines]
+    # what the work copy holds is the checkout now: a run takes long, and the checkout may change before it ends
+    clean = source == ROOT and not results.git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                                               ":!results", ":!docs/results.md")
+    measured = results.git("rev-parse", "HEAD") if clean else None
     progress.say(f"preparing {work} and generating the mutants of {', '.join(modules)}")
     prepare(work, tests, source, modules)
     everything = generate(work, modules)
@@ -552,16 +557,22 @@ def _main(args, progress: Progress) -> int:
             print(f"mutants: the changed lines hold no mutant ({selection}); nothing to run")
             return 0
     else:
-        chosen = sample(candidates, args.sample, args.seed)
-        selection = f"a sample of {len(chosen)} of {len(candidates)} mutants (seed {args.seed})"
+        # drawn from every mutant, then the reviewed equivalents left out: a seed draws the same mutants however
+        # the list of equivalents grows, so runs before and after a review compare
+        drawn = sample(everything, args.sample, args.seed)
+        left_out = {m.name for m in equivalent}
+        chosen = [m for m in drawn if m.name not in left_out]
+        selection = (f"a sample of {len(drawn)} of {len(everything)} mutants (seed {args.seed}), "
+                     f"{len(drawn) - len(chosen)} of them reviewed as equivalent")
     progress.say(f"{len(everything)} mutants generated, {len(equivalent)} listed as equivalent; running {selection}")
     ran = run_and_confirm(work, chosen, args.children, args.budget, progress, tests)
     summary = judge(chosen, ran)
     figures = {"engine": ENGINE, "selection": selection, "tests": list(tests), "children": args.children,
+               "threads": int(THREADS["OMP_NUM_THREADS"]),
                "seconds": ran["seconds"], "generated": len(everything), "equivalent": len(equivalent),
                "run": len(chosen), "summary": summary, "unconfirmed": ran["unconfirmed"],
                "mutants": [asdict(m) for m in chosen]}
-    results.write_if_asked(args, "mutants", figures)
+    results.write_if_asked(args, "mutants", figures, commit=measured)
     print(report(figures, chosen))
     unrun = [m for m in chosen if m.status == OTHER and (m.path, m.function) not in IMPORT_TIME]
     survivors = [m for m in chosen if m.status in (SURVIVED, NO_TESTS)]

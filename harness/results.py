@@ -123,11 +123,11 @@ def record(kind: str, figures: dict, out_dir: Path, device: str = "cpu", command
     return path
 
 
-def write_if_asked(args, kind: str, figures: dict, device: str = "cpu") -> Path | None:
+def write_if_asked(args, kind: str, figures: dict, device: str = "cpu", commit: str | None = None) -> Path | None:
     """record() when the command was given --results DIR; says where on stdout."""
     if getattr(args, "results", None) is None:
         return None
-    path = record(kind, figures, args.results, device)
+    path = record(kind, figures, args.results, device, commit=commit)
     print(f"results file: {path}")
     return path
 
