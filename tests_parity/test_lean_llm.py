@@ -68,8 +68,8 @@ def test_lean_llm_gives_the_llm_forwards_bits(model, extra):
 @pytest.mark.parametrize("pad", [0, 3], ids=["own rows", "every GEMM padded"])
 def test_a_changed_transformers_source_runs_the_llms_own_forward_and_says_so(model, monkeypatch, pad):
     """The fallback forward: the LLM's own, each GEMM padded to its row count (loop.padded_gemms). `pad` adds rows
-    to every count row_count finds, so the padding runs on this machine too (where no GEMM needs it, the fallback
-    has nothing to pad): exact wherever a GEMM row's bits do not depend on the call's row count."""
+    to the down projection's count, so the padding runs on this machine too (where no GEMM needs more rows than the
+    forward's, the fallback has nothing to pad): exact wherever a GEMM row's bits do not depend on the row count."""
     name = "models.qwen3.modeling_qwen3:Qwen3MLP.forward"
     monkeypatch.setitem(loop.LEAN_SOURCES, name, "another")
     if pad:
@@ -77,9 +77,10 @@ def test_a_changed_transformers_source_runs_the_llms_own_forward_and_says_so(mod
             pytest.skip("padding a GEMM beyond its row count is exact only where a row's bits ignore the call's row "
                         "count; this machine's do not (loop.gemm_rows_independent is False): the 'own rows' case "
                         "checks the fallback here")
-        found = loop.row_count
+        found, down = loop.row_count, tuple(model.llm.layers[0].mlp.down_proj.weight.shape)
         monkeypatch.setattr(loop, "row_count", lambda weights, rows, count, least: (
-            None if (n := found(weights, rows, count, least)) is None else min(n + pad, count)))
+            n if (n := found(weights, rows, count, least)) is None or tuple(weights[0].shape) != down
+            else min(n + pad, count)))
     text = "A changed source still gives stock's bits."
     stock = record_generation(model, seed=0, text=text, num_step=4)
     with fastpath.patched(model, ["trimmed_cfg"]):
