@@ -328,17 +328,15 @@ def run_and_confirm(work: Path, mutants: list, children: int, budget: float | No
     timed_out = [m for m in mutants if m.name in ran["completed"] and STATUS.get(ran["codes"][m.name][0]) == TIMEOUT]
     if not timed_out:
         return ran
-    left = None if budget is None else budget - ran["seconds"]
+    left, rerun = None if budget is None else budget - ran["seconds"], set()
     if left is None or left > 0:
         progress.say(f"{len(timed_out)} timeout(s) to confirm: each again alone, with {CONFIRM} x the time")
         again = run_mutants(work, timed_out, 1, left, progress, tests, multiplier=MULTIPLIER * CONFIRM, stats=False)
         ran["codes"].update({name: again["codes"][name] for name in again["completed"]})
         ran["seconds"] += again["seconds"]
-        ran["out_of_time"] = again["out_of_time"]
-    else:
-        again = {"completed": set()}
+        ran["out_of_time"], rerun = again["out_of_time"], again["completed"]
     for m in timed_out:
-        if m.name not in again["completed"]:
+        if m.name not in rerun:
             ran["codes"][m.name] = (None, ran["codes"][m.name][1])
             ran["unconfirmed"].append(m.name)
     return ran
@@ -531,9 +529,7 @@ def _main(args, progress: Progress) -> int:
             return 0
     modules = [m for m in args.modules if not args.changed_since or m in lines]
     # what the work copy holds is the checkout now: a run takes long, and the checkout may change before it ends
-    clean = source == ROOT and not results.git("status", "--porcelain", "--untracked-files=no", "--", ".",
-                                               ":!results", ":!docs/results.md")
-    measured = results.git("rev-parse", "HEAD") if clean else None
+    commit, dirty = results.checkout_state(source)
     progress.say(f"preparing {work} and generating the mutants of {', '.join(modules)}")
     prepare(work, tests, source, modules)
     everything = generate(work, modules)
@@ -572,7 +568,7 @@ def _main(args, progress: Progress) -> int:
                "seconds": ran["seconds"], "generated": len(everything), "equivalent": len(equivalent),
                "run": len(chosen), "summary": summary, "unconfirmed": ran["unconfirmed"],
                "mutants": [asdict(m) for m in chosen]}
-    results.write_if_asked(args, "mutants", figures, commit=measured)
+    results.write_if_asked(args, "mutants", figures, commit=commit, dirty=dirty)
     print(report(figures, chosen))
     unrun = [m for m in chosen if m.status == OTHER and (m.path, m.function) not in IMPORT_TIME]
     survivors = [m for m in chosen if m.status in (SURVIVED, NO_TESTS)]

@@ -93,28 +93,36 @@ def command_line() -> str:
     return shlex.join(["python", *sys.argv])
 
 
-def git(*args: str) -> str:
+def git(*args: str, cwd: Path = ROOT) -> str:
     try:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return ""
 
 
+def checkout_state(cwd: Path = ROOT) -> tuple:
+    """(HEAD's commit or None, whether tracked files differ from it), results and their page aside."""
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!results", ":!docs/results.md",
+                     cwd=cwd))
+    return git("rev-parse", "HEAD", cwd=cwd) or None, dirty
+
+
 def record(kind: str, figures: dict, out_dir: Path, device: str = "cpu", command: str | None = None,
-           commit: str | None = None) -> Path:
+           commit: str | None = None, dirty: bool = False) -> Path:
     """Write figures as results/<kind>/<machine key>.json under out_dir; returns the path. `commit`: the commit
-    measured when it is not this checkout's (fresh clones of a ref: clean by construction)."""
+    measured when it is not this checkout's as it is now (fresh clones of a ref: clean by construction; a long
+    run's checkout when it began, `dirty` saying whether it had uncommitted changes then)."""
     from harness.machine import hardware_key, machine_info, summary
 
     if kind not in KINDS:
         raise ValueError(f"unknown results kind {kind!r}; known: {sorted(KINDS)}")
     info = machine_info(device)
     key = hardware_key(info)
-    dirty = False if commit else bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!results",
-                                          ":!docs/results.md"))
+    if not commit:
+        commit, dirty = checkout_state()
     data = {"format": FORMAT, "version": VERSION, "kind": kind, "machine": info, "machine_key": key,
             "machine_summary": (f"{info['gpu_name']}, " if info.get("gpu_name") else "") + summary(),
-            "commit": commit or git("rev-parse", "HEAD") or None, "dirty": dirty,
+            "commit": commit, "dirty": dirty,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "command": command or command_line(), "figures": figures}
     path = Path(out_dir) / kind / f"{key}.json"
@@ -123,11 +131,12 @@ def record(kind: str, figures: dict, out_dir: Path, device: str = "cpu", command
     return path
 
 
-def write_if_asked(args, kind: str, figures: dict, device: str = "cpu", commit: str | None = None) -> Path | None:
+def write_if_asked(args, kind: str, figures: dict, device: str = "cpu", commit: str | None = None,
+                   dirty: bool = False) -> Path | None:
     """record() when the command was given --results DIR; says where on stdout."""
     if getattr(args, "results", None) is None:
         return None
-    path = record(kind, figures, args.results, device, commit=commit)
+    path = record(kind, figures, args.results, device, commit=commit, dirty=dirty)
     print(f"results file: {path}")
     return path
 

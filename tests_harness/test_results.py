@@ -22,14 +22,16 @@ def test_every_kind_has_a_renderer(kind):
     assert callable(results.renderer(kind)), kind
 
 
+STABILITY = {"rule": {"max_ratio_spread": 0.2, "min_rounds": 3},
+             "setup": {"size": "tiny", "point": "auto-short-10", "steps": 2, "rounds": 4, "width": 3,
+                       "period_s": [1.0, 2.0], "processes": 2},
+             "reference_ratio": 1.0,
+             "conditions": {"quiet": {"windows": [[0.05, 1.0], [0.1, 1.02]], "unstable_share": 0.0,
+                                      "stable_but_off_share": 0.0, "windows_count": 2}}}
+
+
 def test_a_recorded_file_renders_with_its_machine_commit_date_and_command(tmp_path):
-    figures = {"rule": {"max_ratio_spread": 0.2, "min_rounds": 3},
-               "setup": {"size": "tiny", "point": "auto-short-10", "steps": 2, "rounds": 4, "width": 3,
-                         "period_s": [1.0, 2.0], "processes": 2},
-               "reference_ratio": 1.0,
-               "conditions": {"quiet": {"windows": [[0.05, 1.0], [0.1, 1.02]], "unstable_share": 0.0,
-                                        "stable_but_off_share": 0.0, "windows_count": 2}}}
-    path = results.record("stability", figures, tmp_path, command="fastpath-suite stability --rounds 4")
+    path = results.record("stability", STABILITY, tmp_path, command="fastpath-suite stability --rounds 4")
     data = results.load(path)
     assert path.parent.name == "stability" and path.stem == data["machine_key"]
     page = results.render(tmp_path)
@@ -37,6 +39,25 @@ def test_a_recorded_file_renders_with_its_machine_commit_date_and_command(tmp_pa
     assert f"at commit `{(data['commit'] or 'unknown')[:12]}" in page and data["date"][:10] in page
     assert "`fastpath-suite stability --rounds 4`" in page and "| quiet | 2 | 0% (0/2) | 0% (0/2) | 0.08, 0.10 | 1.01 |" in page, page
     assert "No results file yet: `fastpath-suite report --results results/` writes one." in page
+
+
+def test_a_long_run_records_the_checkout_as_it_began(tmp_path):
+    """A command that copies the checkout first (mutants) names that copy's commit and state, not the checkout's
+    when it ends; checkout_state reads whichever checkout it is given."""
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for args in (["init", "-q"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty",
+                                  "-m", "one"]):
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    (repo / "a.txt").write_text("x")
+    subprocess.run(["git", "add", "a.txt"], cwd=repo, check=True)  # staged, not committed: dirty
+    commit, dirty = results.checkout_state(repo)
+    assert commit == results.git("rev-parse", "HEAD", cwd=repo) and len(commit) == 40 and dirty
+    data = results.load(results.record("stability", STABILITY, tmp_path / "out", commit=commit, dirty=dirty))
+    assert (data["commit"], data["dirty"]) == (commit, True)
+    assert f"at commit `{commit[:12]} (with uncommitted changes)`" in results.render(tmp_path / "out")
 
 
 @pytest.mark.parametrize("content, says", [

@@ -65,7 +65,7 @@ def test_lean_llm_gives_the_llm_forwards_bits(model, extra):
 
 
 @pytest.mark.cpu
-@pytest.mark.parametrize("pad", [0, 3], ids=["own rows", "every GEMM padded"])
+@pytest.mark.parametrize("pad", [0, 3], ids=["own rows", "down projection padded"])
 def test_a_changed_transformers_source_runs_the_llms_own_forward_and_says_so(model, monkeypatch, pad):
     """The fallback forward: the LLM's own, each GEMM padded to its row count (loop.padded_gemms). `pad` adds rows
     to the down projection's count, so the padding runs on this machine too (where no GEMM needs more rows than the
