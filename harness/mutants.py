@@ -540,7 +540,13 @@ def _main(args, progress: Progress) -> int:
         unknown = [n for n in args.names if n not in known]
         if unknown:
             raise MutantsError(f"no such mutant(s): {unknown}; names are mutmut's, as the survivors list prints them")
-        chosen, selection = [known[n] for n in args.names], f"{len(args.names)} named mutant(s)"
+        listed = {m.name for m in equivalent}  # named and reviewed as equivalent: left out, as in a sample
+        chosen = [known[n] for n in args.names if n not in listed]
+        selection = (f"{len(args.names)} named mutant(s)" + (f", {len(args.names) - len(chosen)} of them reviewed as "
+                                                               f"equivalent" if len(chosen) < len(args.names) else ""))
+        if not chosen:
+            print(f"mutants: {selection}: nothing to run")
+            return 0
     elif args.changed_since:
         touched = touching(candidates, lines)
         selection = (f"the {len(touched)} mutant(s) of the {sum(map(len, lines.values()))} line(s) changed since "

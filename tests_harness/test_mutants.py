@@ -145,9 +145,9 @@ def test_changed_lines_and_the_base_of_a_change(tmp_path):
         mutants.resolve_base("no-such-ref", copy)
 
 
-def _run(copy, tmp_path, *extra):
+def _run(copy, tmp_path, *extra, which=("--changed-since", "auto")):
     env = dict(os.environ)
-    return subprocess.run([sys.executable, "-m", "harness", "mutants", "--changed-since", "auto", "--source",
+    return subprocess.run([sys.executable, "-m", "harness", "mutants", *which, "--source",
                            str(copy), "--work", str(tmp_path / "work"), "--modules", "fastpath/registry.py",
                            "--tests", "tests_patches/test_registry.py", *extra],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
@@ -175,3 +175,7 @@ def test_a_planted_surviving_mutant_fails_the_change_until_listed_as_equivalent(
         for m in survivors]}))
     again = _run(copy, tmp_path, "--equivalent", str(listed))
     assert again.returncode == 0, again.stdout + again.stderr
+    # asked for by name, a reviewed mutant is left out as well: its review stands, nothing runs
+    named = _run(copy, tmp_path, "--equivalent", str(listed), which=("--names", survivors[0]["name"]))
+    assert named.returncode == 0, named.stdout + named.stderr
+    assert "1 named mutant(s), 1 of them reviewed as equivalent: nothing to run" in named.stdout, named.stdout

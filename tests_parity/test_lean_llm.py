@@ -90,3 +90,13 @@ def test_a_changed_transformers_source_runs_the_llms_own_forward_and_says_so(mod
     assert stock.steps and stock.decoded and stock.waveforms, "the stock run recorded nothing"
     problems = compare_runs(stock, patched)  # logits, tokens, decoded audio, waveform
     assert not problems, "the fallback forward is not bit-exact:\n  " + "\n  ".join(problems)
+
+
+def test_the_misfit_names_every_changed_source(model, monkeypatch):
+    """The reason lean_llm steps aside names each transformers function whose source changed, comma-separated."""
+    names = ["models.qwen3.modeling_qwen3:Qwen3MLP.forward", "models.qwen3.modeling_qwen3:Qwen3Attention.forward"]
+    for name in names:
+        monkeypatch.setitem(loop.LEAN_SOURCES, name, "another")
+    want = f"the installed transformers' {', '.join(n for n in loop.LEAN_SOURCES if n in names)} differ from 5.24.0's"
+    with fastpath.patched(model, ["trimmed_cfg"]):  # its attention wrapper: the checks before the sources pass
+        assert loop.lean_llm_misfit(model) == want

@@ -171,3 +171,11 @@ def test_attention_cut_tries_its_list_in_order_and_falls_back_to_the_whole_width
     query, key = torch.zeros(1, 2, P, 4), torch.zeros(1, 1, P, 4)
     mask = torch.ones(1, 1, P, P, dtype=torch.bool)
     assert loop.attention_cut("stand_in", None, query, key, mask, n, {}) == want
+
+
+def test_row_count_probes_in_the_weights_dtype(monkeypatch):
+    """The probe inputs take the weight's dtype: a bf16 weight (a bf16 model's) is probed with bf16 rows, as its
+    GEMM runs, and gets a count where its every row has stock's bits."""
+    monkeypatch.setattr(loop, "_ROW_COUNTS", {})  # a fresh memo: this call measures
+    count = loop.row_count([fresh((5, 3)).to(torch.bfloat16)], torch.arange(4), 16, 4)
+    assert count is not None and 4 <= count <= 16

@@ -142,8 +142,9 @@ def test_patched_context_reverts_only_what_it_applied(model):
 
 
 def test_apply_to_something_else_names_the_fix():
-    with pytest.raises(fastpath.NotOmniVoiceError, match="OmniVoice.from_pretrained"):
+    with pytest.raises(fastpath.NotOmniVoiceError, match="OmniVoice.from_pretrained") as refused:
         fastpath.apply(torch.nn.Linear(2, 2))
+    assert "got torch.nn.modules.linear.Linear." in str(refused.value)  # what it was given, by module and class
 
 
 def test_unknown_patch_name_lists_the_registered_ones(model):
