@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+import fastpath
 from fastpath import loop
 
 C_LENS, T_LENS = [10, 10, 10], [4, 5, 4]
@@ -83,3 +84,23 @@ def test_scoring_runs_hold_as_many_items_as_fit_and_read_contiguous_columns_in_p
     # items that are not side by side in the packed columns: gathered (a copy), in item order
     calls = scoring_calls([(0, 2), (5, 3)], float("inf"), monkeypatch)
     assert calls == [([0, 1, 5, 6, 7], False)]
+
+
+@pytest.mark.parametrize("flags, by_start", [
+    pytest.param(["prefix_kv_cache"], True, id="prefix_kv_cache"),
+    pytest.param(["batch_invariant"], False, id="batch_invariant"),
+])
+def test_the_loop_asks_for_one_prefix_length_per_batch_under_prefix_kv_cache_only(model, monkeypatch, flags, by_start):
+    """The layout above is what generate asks for: one start per batch under prefix_kv_cache (its cached steps cut
+    every row of a batch at the first row's start), rows of any start together otherwise. At refresh 1 the outputs
+    are exact either way, so only the call tells."""
+    asked, real = [], loop.trimmed_groups
+
+    def spy(*args, **kwargs):
+        asked.append(kwargs.get("by_start", False))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "trimmed_groups", spy)
+    with fastpath.patched(model, flags):
+        model.generate(text=["Hi.", "Hello there."], language="en", num_step=2)
+    assert asked == [by_start], f"generate's layouts asked by_start={asked}, expected [{by_start}]"
