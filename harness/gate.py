@@ -19,6 +19,7 @@ Checks, in order, each with a status: pass, changed-as-expected, changed, fail o
 | parity | the parity tier (pytest tests_parity) run in the candidate's env, the candidate's fingerprints accepted as under review (FASTPATH_REVIEWED_UPSTREAM; never the blanket override, which would flip tests that assert a refusal), and in the --against env to compare skips | any test fails or errors, or a test that passes on the --against version skips on the candidate (named); skips are compared only with a healthy --against run (exit 0, a test passed), else the check is "error" (ERROR, its log named) |
 | work | exact work counters (FLOPs, LLM calls and positions, head rows, ...) of stock and of the lossless stack on the tiny checkpoint, in both environments, same job | the stack's share of stock's work (stack / stock, per counter) grows by more than WORK_SLACK; where stock does none of a work, the stack does more of it than before or than stock (work_lost) |
 | rtf | optional interleaved RTF on tiny (`--rtf-rounds N`) | never (noisy, informational) |
+| quality-set | with `--quality-set PATH` (a Seed-TTS-eval meta.lst or its folder, or a LibriSpeech-PC list: harness.quality.sets): every item generated in both environments (`harness.quality.clone_run`: the real checkpoint with the lossless stack, or `--quality-synth espeak`, the offline stand-in that checks the gate itself), into OUT/quality-set/<side>/<id>.wav, then judged item by item against the item's own prompt (WER in its language, SIM to its prompt's audio, MOS) with the quality gate's paired statistics, candidate against --against | the candidate is not shown non-inferior on every metric (a listening pack in OUT/quality-set/pack/). Given a set, the verdict needs it (Check.required): without a real checkpoint (synth omnivoice) it is INCOMPLETE, a language the WER judge cannot hear "not judged" (INCOMPLETE, the fix named); without a set it is skipped and changes nothing |
 | quality | tests_quality's real-weights tier, when a real checkpoint is given (--checkpoint, FASTPATH_CHECKPOINT or the Hugging Face cache) | a test fails. With a real checkpoint the verdict needs it (Check.required): a run that raised or timed out is ERROR, one whose every test skipped INCOMPLETE (the first skip's reason named); without one it is skipped and changes nothing |
 
 Exit status: 0 the bump may ship, 1 it must not, 2 the gate could not run (a bad candidate name or path, no index;
@@ -60,7 +61,7 @@ from harness.cli import int_at_least
 from harness.progress import Progress, clock
 
 STATUSES = ("pass", "changed-as-expected", "changed", "fail", "skipped", "error")  # error: the check could not run
-CHECKS = ("fingerprints", "behaviour", "goldens", "parity", "work", "rtf", "quality")
+CHECKS = ("fingerprints", "behaviour", "goldens", "parity", "work", "rtf", "quality-set", "quality")
 BLOCKING = ("fingerprints", "behaviour", "parity", "work")  # without all four there is no verdict
 WORK_SLACK = 0.01  # the stack's work / stock's may grow this much (relative) before the bump is refused
 WORK_POINTS = ("clone6-medium-32", "auto-short-10")  # speed points: a voice clone at 32 steps, a short auto voice
@@ -572,6 +573,78 @@ def check_quality(env, checkpoint: str | None, out: Path, version: str = "candid
     return rule_quality(result, required=True)
 
 
+QUALITY_METRICS = ("wer", "sim", "mos")
+
+
+def check_quality_set(env, against, quality_set: str | None, synth: str, checkpoint: str | None, out: Path,
+                      judges: dict | None = None, log=print, metrics=QUALITY_METRICS) -> Check:
+    """The candidate's outputs of an evaluation set against the --against version's, item by item (module
+    docstring, check quality-set)."""
+    from harness.quality import clone_run, evaluate, judge as wer_judge, sets
+
+    if not quality_set:
+        return Check("quality-set", "skipped", False, "skipped: no --quality-set given (a Seed-TTS-eval meta.lst or "
+                                                      "a LibriSpeech-PC list)")
+    real = real_checkpoint(checkpoint) if synth == "omnivoice" else None
+    if synth == "omnivoice" and not real:
+        from harness.checkpoint import ENV_CHECKPOINT
+
+        return Check("quality-set", "skipped", False, f"skipped: the omnivoice synthesizer needs a real OmniVoice "
+                                                      f"checkpoint (pass --checkpoint PATH or set {ENV_CHECKPOINT})",
+                     required=True)
+    eval_set = sets.read_set(quality_set)
+    folders = {side: out / "quality-set" / side for side in ("against", "candidate")}
+    for side, e in (("against", against), ("candidate", env)):
+        log(f"quality-set: generating {len(eval_set.items)} items in the {side} environment ({synth})")
+        args = ["-m", "harness.quality.clone_run", str(Path(quality_set).resolve()), str(folders[side]), "--synth",
+                synth] + (["--checkpoint", real] if real else [])
+        done = e.run(args, timeout=7200, log=out / f"quality-set-{side}.log")
+        if done.returncode != 0:
+            raise GateStepError(f"generating the set failed in the {side} environment (exit {done.returncode}); see "
+                                f"{out / f'quality-set-{side}.log'}")
+    judges = judges or {}
+    judge = wer_judge.load_judge(judges.get("wer")) if "wer" in metrics else None
+    unheard = sorted({i.language for i in eval_set.items if judge is not None and not judge.hears(i.language)})
+    if unheard:
+        why = wer_judge.CannotHear(json.loads(judge.identity)["model"], unheard)
+        return Check("quality-set", "skipped", False, f"not judged: {why}", required=True)
+    from harness.quality.mos import load_mos_judge
+    from harness.quality.voice import load_voice_judge
+
+    log(f"quality-set: judging {len(eval_set.items)} items on {', '.join(m.upper() for m in metrics)}, candidate "
+        f"against --against")
+    result = evaluate.compare_set_folders(judge, eval_set, folders["against"], folders["candidate"],
+                                          label="candidate", pack_dir=out / "quality-set" / "pack",
+                                          voice_judge=load_voice_judge(judges.get("sim")) if "sim" in metrics else None,
+                                          mos_judge=load_mos_judge(judges.get("mos")) if "mos" in metrics else None)
+    overall = result.overall or result.verdict
+    per = {getattr(v, "metric", "WER"): v.passed for v in getattr(overall, "verdicts", (overall,))}
+    failed = [m for m, ok in per.items() if not ok]
+    languages = ", ".join(f"{n} {lang}" for lang, n in eval_set.languages.items())
+    summary = (f"{len(eval_set.items)} items ({languages}) of {eval_set.path.name}, {synth}: "
+               + ("non-inferior on " + ", ".join(per) if overall.passed
+                  else f"not shown non-inferior on {', '.join(failed) or 'the set'}"))
+    details = overall.format().splitlines() + ([f"listening pack: {result.pack}"] if result.pack else [])
+    (out / "quality-set" / "verdict.json").write_text(json.dumps(
+        {"set": str(eval_set.path), "items": len(eval_set.items), "languages": eval_set.languages, "synth": synth,
+         "judged": list(metrics), "passed": overall.passed, "metrics": [metric_figures(v) for v in getattr(overall, "verdicts", (overall,))]},
+        indent=1))
+    return Check("quality-set", "pass" if overall.passed else "fail", not overall.passed, summary, details,
+                 required=True)
+
+
+def metric_figures(v) -> dict:
+    """One metric's row of a quality-set verdict as data: WER in points (lower is better), SIM and MOS in their
+    units (higher is better); the bounds are of candidate - reference."""
+    if hasattr(v, "metric"):
+        return {"metric": v.metric, "verdict": v.verdict, "unit": v.unit, "better": "higher", "ref": v.mean_ref,
+                "cand": v.mean_cand, "delta": v.delta, "lower": v.lower, "upper": v.upper, "margin": v.margin,
+                "clips": v.n_clips, "judge": v.judge}
+    return {"metric": "WER", "verdict": v.verdict, "unit": "WER points", "better": "lower", "ref": 100 * v.wer_ref,
+            "cand": 100 * v.wer_cand, "delta": 100 * v.delta_wer, "lower": 100 * v.lower, "upper": 100 * v.upper,
+            "margin": 100 * v.margin, "clips": v.n_clips, "judge": v.judge}
+
+
 class GateStepError(RuntimeError):
     pass
 
@@ -582,7 +655,9 @@ class GateStepError(RuntimeError):
 def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, rtf_rounds: int = 0,
              checkpoint: str | None = None, fresh: bool = False, command: str = "", log=print,
              parity_select: str | None = None, accepted: dict | None = None, progress: Progress | None = None,
-             device: str = "cpu", dtype: str = "fp32") -> dict:
+             device: str = "cpu", dtype: str = "fp32", quality_set: str | None = None,
+             quality_synth: str = "omnivoice", judges: dict | None = None,
+             quality_metrics=QUALITY_METRICS) -> dict:
     """log: one line per environment prepared and per check started (with a counter and the elapsed time);
     progress: a Progress whose "checks" stage counts the finished checks (none: nothing)."""
     start = time.perf_counter()
@@ -631,10 +706,12 @@ def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, r
             "parity": lambda: check_parity(env, out, parity_select, versions[0], against, versions[1]),
             "work": lambda: check_work(env, against, versions, out),
             "rtf": lambda: check_rtf(env, against, rtf_rounds, out) if rtf_rounds else rule_rtf([], []),
+            "quality-set": lambda: check_quality_set(env, against, quality_set, quality_synth, checkpoint, out,
+                                                     judges, log, quality_metrics),
             "quality": lambda: check_quality(env, checkpoint, out, versions[0]),
         }
         # with a real checkpoint the quality check is needed for a verdict: raised or timed out, it is ERROR
-        required = {"quality"} if real_checkpoint(checkpoint) else set()
+        required = ({"quality"} if real_checkpoint(checkpoint) else set()) | ({"quality-set"} if quality_set else set())
         with progress.stage("checks", total=len(checks)) as step:
             for i, name in enumerate(checks, 1):
                 t0 = time.perf_counter()
@@ -781,6 +858,14 @@ def _checks(text: str) -> tuple:
     return names
 
 
+def _quality_metrics(text: str) -> tuple:
+    names = tuple(dict.fromkeys(n.strip().lower() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in QUALITY_METRICS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown metric(s) {unknown or [text]}; known: {', '.join(QUALITY_METRICS)}")
+    return names
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="fastpath-suite gate", description=__doc__.split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -793,7 +878,23 @@ def main(argv=None) -> int:
     parser.add_argument("--checks", type=_checks, default=",".join(CHECKS), help="comma-separated subset of the checks to run")
     parser.add_argument("--rtf-rounds", type=int_at_least(0), default=0,
                         help="interleaved RTF rounds on tiny (informational; each round loads both versions)")
-    parser.add_argument("--checkpoint", default=None, help="a real OmniVoice checkpoint folder, for the quality tier")
+    parser.add_argument("--checkpoint", default=None, help="a real OmniVoice checkpoint folder, for the quality tier "
+                                                             "and --quality-set")
+    parser.add_argument("--quality-set", default=None, metavar="PATH",
+                        help="an evaluation set to generate in both versions and judge item by item: a Seed-TTS-eval "
+                             "meta.lst (or its folder, one list per language), or a LibriSpeech-PC list")
+    parser.add_argument("--quality-synth", choices=("omnivoice", "espeak"), default="omnivoice",
+                        help="what generates the set: omnivoice (the real checkpoint, the lossless stack applied) or "
+                             "espeak (the offline stand-in that checks the gate itself; docs/gate.md)")
+    parser.add_argument("--quality-metrics", type=_quality_metrics, default=",".join(QUALITY_METRICS),
+                        help="what --quality-set is judged on, comma-separated (leave wer out for a language no WER "
+                             "judge at hand hears: SIM and MOS decide alone, and the verdict says so)")
+    parser.add_argument("--judge", default=None, help="the WER judge for --quality-set: a CTranslate2 Whisper folder "
+                                                     "(None: FASTPATH_JUDGE, else the bundled tiny.en)")
+    parser.add_argument("--sim-judge", default=None, help="the SIM judge for --quality-set: a WavLMForXVector folder "
+                                                         "(None: FASTPATH_SIM_JUDGE, else GE2E)")
+    parser.add_argument("--mos-judge", default=None, help="the MOS judge for --quality-set: UTMOS22 strong weights, "
+                                                         "utmos_state_dict.pt (None: FASTPATH_MOS_JUDGE, else DNSMOS)")
     parser.add_argument("--fresh", action="store_true", help="rebuild the candidate's venv under .cache/gate/")
     parser.add_argument("--parity-k", default=None, metavar="EXPR",
                         help="run only the parity tests pytest -k EXPR selects (the verdict says so); "
@@ -815,6 +916,20 @@ def main(argv=None) -> int:
         if not sep or not reason.strip():
             parser.error(f"--accept {item!r}: give SETTING=REASON (the reason is recorded)")
         accepted[name.strip()] = reason.strip()
+    if args.quality_set:  # a bad set or a judge not there is refused before any environment is made
+        from harness.quality import judge, sets, wavlm
+
+        try:
+            sets.read_set(args.quality_set)
+            if "wer" in args.quality_metrics:
+                judge.resolve_judge(args.judge or os.environ.get(judge.JUDGE_ENV))
+            if args.sim_judge:
+                wavlm.weights_file(Path(args.sim_judge).expanduser())
+            if args.mos_judge and not Path(args.mos_judge).expanduser().is_file():
+                raise FileNotFoundError(f"--mos-judge {args.mos_judge} is not a file: give utmos_state_dict.pt")
+        except (sets.SetError, FileNotFoundError) as err:
+            print(f"error: the gate could not run: {err}", file=sys.stderr)
+            return 2
     try:
         spec = cand.parse_spec(args.candidate)
         out = args.out or REPO_ROOT / "out" / "gate" / spec.name
@@ -822,7 +937,9 @@ def main(argv=None) -> int:
                    else shlex.join(["fastpath-suite", "gate", *(sys.argv[1:] if argv is None else argv)]))
         report = run_gate(args.candidate, args.against, out, args.checks, args.rtf_rounds, args.checkpoint,
                           args.fresh, command, log=progress.say, parity_select=args.parity_k, accepted=accepted,
-                          progress=progress, device=args.device, dtype=args.dtype)
+                          progress=progress, device=args.device, dtype=args.dtype, quality_set=args.quality_set,
+                          quality_synth=args.quality_synth, quality_metrics=args.quality_metrics,
+                          judges={"wer": args.judge, "sim": args.sim_judge, "mos": args.mos_judge})
     except cand.CandidateError as err:
         print(f"error: the gate could not run: {err}", file=sys.stderr)
         return 2

@@ -19,8 +19,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness import DISTRIBUTION
+
 # Distributions whose versions are recorded. Only torch and omnivoice enter the device key (see device_key).
-RECORDED_PACKAGES = ("torch", "transformers", "omnivoice", "fastpath")
+RECORDED_PACKAGES = ("torch", "transformers", "omnivoice", DISTRIBUTION)  # DISTRIBUTION: the patches, as installed
 KEY_PACKAGES = ("torch", "omnivoice")
 
 # CPU extensions that select other kernels (MKL, oneDNN, CTranslate2 dispatch on them beside torch's own

@@ -54,6 +54,8 @@ KINDS = {
                          "harness.quality.known_scores:render_results"),
     "known-answer-mos": ("Predicted-MOS gate: operating characteristics (real espeak-ng speech)", "known-answer",
                          "harness.quality.known_scores:render_results"),
+    "known-answer-clone": ("Version gate on an evaluation set (Seed-TTS-eval's layout, espeak-ng speech)",
+                           "known-answer --metric clone-set", "harness.quality.known_clone:render_results"),
     "stream-voice": ("A stream keeps its voice: the seam check on espeak-ng streams", "known-answer",
                      "harness.quality.known_scores:render_stream_results"),
     "history-rates": ("Nightly history rule: operating characteristics on recorded nights", "history rates",
@@ -71,6 +73,7 @@ KINDS = {
     "mutants": ("Mutation score of the patches: what the tests catch", "mutants", "harness.mutants:render_results"),
     "serving": ("Serving: omnivoice-server with fastpath against stock", "serve-check",
                 "harness.serving:render_results"),
+    "name": ("The distribution's name on the package index", "name-check", "harness.release:render_results"),
 }
 
 COMMAND: list | None = None  # the argv the dispatcher ran (set by harness.__main__), for the "command" field

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from harness import REPO_ROOT
+from harness import DISTRIBUTION, REPO_ROOT
 from harness import results as result_files
 from harness.checkpoint import build_checkpoint, cache_dir
 from harness.machine import tree_digest
@@ -122,7 +122,7 @@ def build_wheel(dest: Path) -> Path:
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", dest, source],
          "pip wheel of fastpath")
     shutil.rmtree(source)
-    (wheel,) = dest.glob("fastpath-*.whl")
+    (wheel,) = dest.glob(f"{DISTRIBUTION.replace('-', '_')}-*.whl")  # the wheel's file name: the name with "_"
     return wheel
 
 
@@ -209,7 +209,7 @@ def prepare(root: Path | None = None, fresh: bool = False, log=print) -> ServeEn
     _pip(python, "install", "--quiet", "--report", folder / "install.json", "-c", CONSTRAINTS,
          "-c", folder / "shared-pins.txt", wheel, SERVER)
     code = ("import json, importlib.metadata as m, fastpath, omnivoice, torch\n"
-            "print(json.dumps({**{n: m.version(n) for n in ('fastpath', 'omnivoice', 'omnivoice-server', 'torch')},\n"
+            f"print(json.dumps({{**{{n: m.version(n) for n in ({DISTRIBUTION!r}, 'omnivoice', 'omnivoice-server', 'torch')}},\n"
             "    'fastpath_file': fastpath.__file__, 'omnivoice_file': omnivoice.__file__, 'torch_file': torch.__file__}))\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     installed = json.loads(_run([python, "-c", code], "importing fastpath, omnivoice and torch in the venv",
@@ -517,9 +517,9 @@ def check(env: ServeEnv, checkpoint: Path, folder: Path, say=print) -> dict:
     problems += coverage(runs["stock"]) + coverage(runs["fastpath"])
     kinds = [r.name for r in plan(reference_text)]
     report = {
-        "server": SERVER, "versions": {k: env.installed[k] for k in ("omnivoice", "omnivoice-server", "fastpath",
+        "server": SERVER, "versions": {k: env.installed[k] for k in ("omnivoice", "omnivoice-server", DISTRIBUTION,
                                                                      "torch")},
-        "resolved": {k: env.resolved.get(k) for k in ("omnivoice", "omnivoice-server", "fastpath", "torch")},
+        "resolved": {k: env.resolved.get(k) for k in ("omnivoice", "omnivoice-server", DISTRIBUTION, "torch")},
         "environment_s": round(env.seconds, 1), "kinds": kinds, "workers": WORKERS, "clients": CLIENTS,
         "num_step": NUM_STEP, "checkpoint": Path(checkpoint).name,
         "servers": {label: {**run.timings, "signal": SIGNALS[label].name, "exit": run.returncode,

@@ -52,6 +52,14 @@ librosa.power_to_db(librosa.feature.melspectrogram(y=np.zeros(4000, "float32"), 
   warm=$!
 fi
 .venv/bin/python -m pip install -q --no-compile "${cflag[@]}" torch torchaudio
+# This checkout installed under the distribution's old name, "fastpath" (an index name that is another project's):
+# removed first, with its build metadata here, so that one distribution, omnivoice-speedup, provides the fastpath
+# package. (-I: the venv's own record, not a *.egg-info folder in this checkout, which the current directory shows.)
+if .venv/bin/python -I -c 'import importlib.metadata as m, sys
+sys.exit(sys.argv[1] not in (m.distribution("fastpath").read_text("direct_url.json") or ""))' "$PWD" 2>/dev/null; then
+  .venv/bin/python -m pip uninstall -y -q fastpath
+  rm -rf fastpath.egg-info
+fi
 .venv/bin/python -m pip install -q --no-compile "${cflag[@]}" -e '.[peers]' --group harness
 # the speaker-similarity judge without its declared dependencies (pyproject.toml, group quality, says why)
 .venv/bin/python -m pip install -q --no-compile --no-deps resemblyzer==0.1.4

@@ -694,11 +694,18 @@ def test_the_gate_passes_device_and_dtype_to_both_recordings(tmp_path):
 @pytest.mark.slow
 @pytest.mark.control
 def test_gate_lets_the_unmodified_version_ship(tmp_path):
-    """0.2.1 copied unchanged, every blocking check whole (the parity tier in its environment included): MAY SHIP.
-    About 10 minutes on 2 cores."""
+    """0.2.1 copied unchanged, every blocking check whole (the parity tier in its environment included), and an
+    evaluation set in Seed-TTS-eval's layout generated in both environments and judged item by item (the espeak
+    stand-in; the release sets no STANDIN_DAMAGE): MAY SHIP. About 10 minutes on 2 cores."""
     from importlib import metadata
 
+    from harness.quality import espeak_set
+
     source = cand.edited_copy(tmp_path / "omnivoice-same", {}, f"{metadata.version('omnivoice')}+same")
+    evaluation = espeak_set.build(tmp_path / "seedtts-espeak") / "en"
     report = gate.run_gate(str(source), "current", tmp_path / "out", checks=("fingerprints", "behaviour", "parity",
-                                                                             "work"), log=lambda msg: None)
+                                                                             "work", "quality-set"),
+                           log=lambda msg: None, quality_set=str(evaluation), quality_synth="espeak")
     assert report["state"] == "may-ship", gate.render_table(report)
+    row = {c["name"]: c for c in report["checks"]}["quality-set"]
+    assert row["required"] and row["status"] == "pass", row

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import REPO_ROOT
+from harness import DISTRIBUTION, REPO_ROOT
 
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
 CONFIG = REPO_ROOT / ".github" / "actionlint.yaml"  # the self-hosted runner labels the workflows name
@@ -37,8 +37,8 @@ def tool(name: str) -> str | None:
     return str(here) if here.is_file() and os.access(here, os.X_OK) else shutil.which(name)
 
 
-def test_the_three_workflows_are_there():
-    assert {"gpu.yml", "nightly.yml", "version-bump.yml"} <= set(FILES), FILES
+def test_the_workflows_are_there():
+    assert {"gpu.yml", "nightly.yml", "version-bump.yml", "release.yml"} <= set(FILES), FILES
 
 
 @pytest.mark.parametrize("name", FILES)
@@ -53,6 +53,28 @@ def test_actionlint_finds_nothing(name):
     assert done.returncode == 0, (f"actionlint found problems in .github/workflows/{name} (exit {done.returncode}; "
                                   f"shellcheck {'on' if shellcheck else 'not installed'}):\n"
                                   f"{done.stdout}{done.stderr}")
+
+
+# --- the release workflow -----------------------------------------------------------------------------------
+# (its check step runs for real on the built wheel in tests_patches/test_package.py)
+
+
+def test_the_release_publishes_the_checked_build_by_trusted_publishing_on_a_tag():
+    spec = yaml.safe_load((WORKFLOWS / "release.yml").read_text())
+    on, jobs = spec.get("on", spec.get(True)), spec["jobs"]
+    assert on["push"] == {"tags": ["v*"]} and "workflow_dispatch" in on, on
+    assert spec["permissions"] == {"contents": "read"}, "the workflow's default token must not publish"
+    runs = "\n".join(s.get("run", "") for s in jobs["build"]["steps"])
+    assert "python -m build" in runs and "twine check --strict dist/*" in runs, runs
+    assert f'!= "{DISTRIBUTION}"' in runs, "the check names another distribution than pyproject.toml's"
+    publish = jobs["publish"]
+    assert publish["needs"] == "build" and "github.ref_type == 'tag'" in publish["if"], publish
+    assert publish["permissions"] == {"id-token": "write"}, "trusted publishing needs the OIDC token, and only it"
+    assert publish["environment"]["name"] == "pypi" and DISTRIBUTION in publish["environment"]["url"]
+    uses = [s.get("uses", "") for s in publish["steps"]]
+    assert uses[-1] == "pypa/gh-action-pypi-publish@release/v1" and not any("password" in str(s.get("with", {}))
+                                                                          for s in publish["steps"]), publish
+    assert uses[0].startswith("actions/download-artifact@") and publish["steps"][0]["with"]["name"] == "dist"
 
 
 # --- the version-bump workflow ------------------------------------------------------------------------------

@@ -11,11 +11,12 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 
-from harness import REPO_ROOT
+from harness import DISTRIBUTION, REPO_ROOT
 from harness.checkpoint import build_checkpoint
 from harness.points import load_spec
 
@@ -26,6 +27,23 @@ NICE = ["nice", "-n", "19"] if shutil.which("nice") else []
 # on its time (a `pip wheel` took over 300 s beside three busy processes); a hang still ends the test.
 HANG = 1800
 THREE_CHUNKS = load_spec()["texts"]["three"]  # three chunks at 2 s on the tiny checkpoint: the worker is still busy
+
+
+def release_checks(wheel, folder) -> dict:
+    """The release workflow's own check step (.github/workflows/release.yml, "Check them": twine check, the wheel's
+    files and name, the tag against the version) run in bash on this wheel, as the runner would: once under the tag
+    of the wheel's version, once under another tag. {tag: CompletedProcess}."""
+    import yaml
+
+    jobs = yaml.safe_load((REPO_ROOT / ".github" / "workflows" / "release.yml").read_text())["jobs"]
+    (script,) = [s["run"] for s in jobs["build"]["steps"] if s.get("name") == "Check them"]
+    (folder / "dist").mkdir(parents=True)
+    shutil.copy(wheel, folder / "dist")
+    version = wheel.name.split("-")[1]
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(folder), "REF_TYPE": "tag"}
+    return {tag: subprocess.run([*NICE, "bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script], cwd=folder,
+                                env={**env, "REF_NAME": tag}, capture_output=True, text=True, timeout=HANG)
+            for tag in (f"v{version}", "v99.0.0")}
 
 
 def build_and_use_the_wheel(folder):
@@ -39,7 +57,8 @@ def build_and_use_the_wheel(folder):
         ".git", ".venv", ".cache", "out", "build", "__pycache__") or n.endswith(".egg-info")])
     subprocess.run([*NICE, sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
                     str(folder), str(source)], check=True, capture_output=True, timeout=HANG)
-    (wheel,) = folder.glob("fastpath-*.whl")
+    (wheel,) = folder.glob("*.whl")
+    release = release_checks(wheel, folder / "release")
     names = zipfile.ZipFile(wheel).namelist()
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("/METADATA"))).decode()
     unpacked = folder / "site"
@@ -68,9 +87,10 @@ def build_and_use_the_wheel(folder):
         done = subprocess.run([*NICE, sys.executable, "-c", code], cwd=folder, capture_output=True, text=True, timeout=HANG,
                               env={"PYTHONPATH": str(unpacked), "PATH": "/usr/bin:/bin", "HOME": str(folder)})
     except subprocess.TimeoutExpired as err:
-        return {"wheel": wheel.name, "names": names, "metadata": metadata, "timeout": err.timeout}
+        return {"wheel": wheel.name, "names": names, "metadata": metadata, "release": release, "timeout": err.timeout}
     lines = done.stdout.splitlines()
-    return {"wheel": wheel.name, "names": names, "metadata": metadata, "timeout": None, "returncode": done.returncode,
+    return {"wheel": wheel.name, "names": names, "metadata": metadata, "release": release, "timeout": None,
+            "returncode": done.returncode,
             "ended": "ok" in lines, "at_exit": [line for line in lines if line.startswith("at exit:")],
             "stderr": done.stderr[-3000:]}
 
@@ -81,11 +101,20 @@ def build_and_use_the_wheel(folder):
 def test_the_wheel_holds_the_patches_and_needs_torch_and_omnivoice_alone(early):
     """The wheel's files and requirements, and a user's script on it (build_and_use_the_wheel; it starts when
     collection ends, beside the other tests)."""
-    names = early["names"]
+    names, metadata = early["names"], early["metadata"].splitlines()
+    # no harness, no tiers: the import package and the distribution's metadata alone
     assert {n.split("/")[0] for n in names} == {"fastpath", early["wheel"].split("-py")[0] + ".dist-info"}, names
-    requires = sorted(Requirement(line.split(":", 1)[1]).name for line in early["metadata"].splitlines()
-                      if line.startswith("Requires-Dist:") and "extra ==" not in line)
-    assert requires == ["omnivoice", "torch"], requires
+    assert f"Name: {DISTRIBUTION}" in metadata, [line for line in metadata if line.startswith("Name:")]
+    assert early["wheel"].startswith(DISTRIBUTION.replace("-", "_") + "-"), early["wheel"]
+    requires = {(r := Requirement(line.split(":", 1)[1])).name: r for line in metadata
+                if line.startswith("Requires-Dist:") and "extra ==" not in line}
+    assert sorted(requires) == ["omnivoice", "torch"], requires
+    # the omnivoice range it declares is the one pyproject.toml states (what the suite verifies, README)
+    assert requires["omnivoice"].specifier == declared()["omnivoice"].specifier, requires["omnivoice"]
+    # the release workflow's checks pass on it under its version's tag, and refuse another tag
+    (good, ok), (bad, refused) = early["release"].items()
+    assert ok.returncode == 0 and "PASSED" in ok.stdout and "ok:" in ok.stdout, (good, ok.stdout, ok.stderr)
+    assert refused.returncode != 0 and f"tag {bad} is not the version" in refused.stderr, (bad, refused.stderr)
     if early["timeout"] is not None:
         pytest.fail(f"the script did not exit in {early['timeout']:.0f} s (the hang guard): an open stream held up the "
                     f"interpreter's exit")
@@ -93,6 +122,25 @@ def test_the_wheel_holds_the_patches_and_needs_torch_and_omnivoice_alone(early):
     # the event, not a duration (a clock here fails on a busy machine with nothing wrong): at the exit, the stream
     # left open was cancelled and its worker left upstream's code before the interpreter went down
     assert early["at_exit"] == ["at exit: cancelled True stopped True"], (early["at_exit"], early["stderr"])
+
+
+def declared() -> dict:
+    """{name: Requirement} of pyproject.toml's [project] dependencies (read without tomllib: Python 3.10)."""
+    import re
+
+    block = re.search(r"^dependencies = \[(.*?)^\]", (REPO_ROOT / "pyproject.toml").read_text(), re.M | re.S).group(1)
+    return {(r := Requirement(s)).name: r for s in re.findall(r'"([^"]+)"', block)}
+
+
+def test_the_declared_omnivoice_range_is_what_the_suite_verifies():
+    """The wheel's range (checked against the built metadata above) is the versions the goldens cover: every version
+    with recorded goldens is inside it, and the newest is its upper bound."""
+    from packaging.version import Version
+
+    recorded = sorted(Version(p.stem) for p in (REPO_ROOT / "fixtures" / "goldens").glob("*.json"))
+    spec = declared()["omnivoice"].specifier
+    assert recorded and all(spec.contains(v) for v in recorded), (str(spec), recorded)
+    assert not spec.contains(Version(f"{recorded[-1].major}.{recorded[-1].minor}.{recorded[-1].micro + 1}")), spec
 
 
 def imports(path, modules) -> set:

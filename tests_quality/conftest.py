@@ -52,20 +52,24 @@ def dev_renders(espeak, dev_sentences) -> list[Clip]:
 
 
 @pytest.fixture(scope="session")
-def voice_judge():
-    """The speaker-similarity judge (session): resemblyzer's GE2E encoder, weights in its wheel."""
-    for module in ("resemblyzer", "webrtcvad", "librosa"):
+def voice_judge(request):
+    """The speaker-similarity judge (session): --sim-judge (a WavLMForXVector folder), else resemblyzer's GE2E
+    encoder, weights in its wheel."""
+    name = request.config.getoption("sim_judge", default=None)
+    for module in ("transformers",) if name else ("resemblyzer", "webrtcvad", "librosa"):
         require_module(module, "the speaker-similarity judge: bash scripts/install.sh")
     from harness.quality.voice import load_voice_judge
 
-    return load_voice_judge()
+    return load_voice_judge(name)
 
 
 @pytest.fixture(scope="session")
-def mos_judge():
-    """The predicted-MOS judge (session): DNSMOS through speechmos, ONNX models in its wheel."""
-    for module in ("speechmos", "onnxruntime", "librosa"):
+def mos_judge(request):
+    """The predicted-MOS judge (session): --mos-judge (UTMOS22 strong weights), else DNSMOS through speechmos, ONNX
+    models in its wheel."""
+    name = request.config.getoption("mos_judge", default=None)
+    for module in ("utmos_pytorch",) if name else ("speechmos", "onnxruntime", "librosa"):
         require_module(module, "the predicted-MOS judge: bash scripts/install.sh")
     from harness.quality.mos import load_mos_judge
 
-    return load_mos_judge()
+    return load_mos_judge(name)

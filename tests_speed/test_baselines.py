@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import DISTRIBUTION
 from harness.machine import device_key, extend_machine_info, machine_info
 from harness.speed import baselines
 from harness.speed.baselines import (
@@ -169,7 +170,8 @@ def test_machine_info_describes_cpu_without_touching_cuda():
     assert info["cpu_model"] and info["logical_cores"] == os.cpu_count()
     assert info["torch_threads"] == torch.get_num_threads()
     assert info["versions"]["torch"] == torch.__version__ and info["python"]
-    assert set(info["versions"]) >= {"torch", "transformers", "omnivoice", "fastpath"}
+    assert set(info["versions"]) >= {"torch", "transformers", "omnivoice", DISTRIBUTION}
+    assert info["versions"][DISTRIBUTION], "the patches' own distribution is not found installed"
     assert info["gpu_name"] is None and info["cuda_available"] is None
     assert not torch.cuda.is_initialized(), "describing a CPU run initialised CUDA"
 

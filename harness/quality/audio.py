@@ -70,6 +70,7 @@ class Clip:
     sr: int
     group: str
     seed: int | None = None
+    language: str = "en"  # what the words are in: the WER judge decodes and scores in it
 
     @property
     def sha256(self) -> str:

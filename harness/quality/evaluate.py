@@ -181,15 +181,24 @@ def transcribe_set(judge, clips: Sequence[Clip]) -> list[str]:
     """Transcribe every clip with `judge`, caching each transcript by (audio sha256, judge identity); the set is
     refused by name (audio.BadAudio) when any clip is bad, before the judge or its cache is consulted."""
     audio.refuse(audio.check_clips(clips, "WER"))
+    hears = getattr(judge, "hears", lambda language: language == "en")  # a judge without it: English-only
+    unheard = [c.language for c in clips if not hears(c.language)]
+    if unheard:
+        from .judge import CannotHear
+
+        raise CannotHear(getattr(getattr(judge, "path", None), "name", "in use"), unheard)
     judge_key = _sha256(judge.identity.encode())[:16]
     out = []
     for clip in clips:
-        path = cache_dir("transcripts") / f"{clip.sha256[:32]}-{judge_key}.json"
+        lang = "" if clip.language == "en" else f"-{clip.language}"  # English keys as before the languages came
+        path = cache_dir("transcripts") / f"{clip.sha256[:32]}-{judge_key}{lang}.json"
         if path.exists():
             out.append(json.loads(path.read_text())["text"])
             continue
-        text = judge.transcribe(clip.wav, clip.sr)
-        record = json.dumps({"text": text, "audio_sha256": clip.sha256, "judge": judge.identity})
+        text = (judge.transcribe(clip.wav, clip.sr) if clip.language == "en"
+                else judge.transcribe(clip.wav, clip.sr, clip.language))
+        record = json.dumps({"text": text, "audio_sha256": clip.sha256, "judge": judge.identity,
+                             "language": clip.language})
         atomic_write(path, lambda tmp: tmp.write_text(record))
         out.append(text)
     return out
@@ -199,7 +208,7 @@ def score_clips(judge, clips: Sequence[Clip]) -> tuple[wer.ScoredSet, list[str]]
     """transcribe_set then wer.score_set; returns the scores and the transcripts."""
     hyps = transcribe_set(judge, clips)
     scored = wer.score_set([c.id for c in clips], [c.text for c in clips], hyps, judge.identity,
-                           groups=[c.group for c in clips])
+                           groups=[c.group for c in clips], languages=[c.language for c in clips])
     return scored, hyps
 
 
@@ -207,10 +216,10 @@ def write_listening_pack(
     out_dir: str | os.PathLike,
     ref: Sequence[Clip],
     cand: Sequence[Clip],
-    ref_hyps: Sequence[str],
-    cand_hyps: Sequence[str],
-    ref_scored: wer.ScoredSet,
-    cand_scored: wer.ScoredSet,
+    ref_hyps: Sequence[str] | None,
+    cand_hyps: Sequence[str] | None,
+    ref_scored: wer.ScoredSet | None,  # None: WER not judged (no transcript table)
+    cand_scored: wer.ScoredSet | None,
     worst: int = 10,
     verdict=None,
     scores: dict | None = None,
@@ -222,13 +231,16 @@ def write_listening_pack(
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    increase = cand_scored.errors - ref_scored.errors  # [N]
-    order = [i for i in np.argsort(-increase, kind="stable")[:worst]]
-    lines = ["# Listening pack: worst sentences by error increase", ""]
+    lines = ["# Listening pack: worst sentences by error increase" if ref_scored is not None
+             else "# Listening pack (WER not judged)", ""]
     if verdict is not None:
         lines += ["```", verdict.format(), "```", ""]
-    lines += ["| # | id | errors ref -> cand | text | ref transcript | cand transcript | audio |",
-              "|---|---|---|---|---|---|---|"]
+    order = []
+    if ref_scored is not None:
+        increase = cand_scored.errors - ref_scored.errors  # [N]
+        order = [i for i in np.argsort(-increase, kind="stable")[:worst]]
+        lines += ["| # | id | errors ref -> cand | text | ref transcript | cand transcript | audio |",
+                  "|---|---|---|---|---|---|---|"]
     for rank, i in enumerate(order, 1):
         r, c = ref[i], cand[i]
         stem = f"{rank:02d}_{r.id.replace('#', '_')}"
@@ -259,7 +271,7 @@ def write_listening_pack(
 
 @dataclasses.dataclass
 class Comparison:
-    verdict: Verdict | audio.Refused  # WER's; Refused when a clip was bad (then no judge ran: ref, cand None)
+    verdict: Verdict | audio.Refused | None  # WER's (None: left out); Refused when a clip was bad (no judge ran)
     ref: wer.ScoredSet | None
     cand: wer.ScoredSet | None
     pack: Path | None
@@ -271,23 +283,29 @@ class Comparison:
         return (self.overall or self.verdict).passed
 
 
+def mos_fields(mos_judge) -> tuple:
+    """(metric, field, unit) of each figure a MOS judge gives: its own `fields`, else DNSMOS's (stats.MOS_FIELDS)."""
+    return getattr(mos_judge, "fields", MOS_FIELDS)
+
+
 def judged_scores(ref: Sequence[Clip], cand: Sequence[Clip], voice_judge=None, mos_judge=None,
-                  prompt: tuple | None = None) -> dict:
+                  prompt: tuple | list | None = None) -> dict:
     """{"SIM": (ref [N], cand [N]), "MOS-OVRL": (...), "MOS-P808": (...)} for the judges given (voice.sim_scores:
-    to the prompt's audio when cloned, auto voice otherwise; DNSMOS at a fixed level, stats.MOS_FIELDS)."""
+    to the prompt's audio when cloned, auto voice otherwise; the MOS judge's own fields: DNSMOS's stats.MOS_FIELDS at
+    a fixed level, or UTMOS's)."""
     from . import mos, voice
 
     out = {}
     if voice_judge is not None:
         out["SIM"] = voice.sim_scores(voice_judge, ref, cand, prompt)
     if mos_judge is not None:
-        for name, field, _ in MOS_FIELDS:
+        for name, field, _ in mos_fields(mos_judge):
             out[name] = (mos.mos_scores(mos_judge, ref, field), mos.mos_scores(mos_judge, cand, field))
     return out
 
 
 def bad_audio(ref: Sequence[Clip], cand: Sequence[Clip], sim: bool = False, mos: bool = False,
-              prompt: tuple | None = None) -> list[audio.Problem]:
+              prompt: tuple | list | None = None) -> list[audio.Problem]:
     """Every clip no judge of the comparison may hear, by name: each clip against WER's (and MOS's) checks, then what
     the SIM judge would embed (voice.sim_problems: the prompt's audio, or the halves in auto voice) of the clips
     still clean."""
@@ -311,37 +329,75 @@ def compare_sets(
     rerun: str = "",
     voice_judge=None,
     mos_judge=None,
-    prompt: tuple | None = None,
+    prompt: tuple | list | None = None,  # (wav, sr) for every clip, or a list: one per clip
     sim_margin: float = SIM_MARGIN,
     mos_margin: float = MOS_MARGIN,
 ) -> Comparison:
     """Transcribe and score both sets, run the WER gate (margin in WER points) and, with their judges, the SIM and
-    MOS gates (one verdict over all: `Comparison.overall`); write a listening pack when it does not pass.
+    MOS gates (one verdict over all: `Comparison.overall`); write a listening pack when it does not pass. With
+    `judge` None, WER is left out (a language no WER judge at hand hears): SIM and MOS decide, and at least one of
+    their judges is needed.
 
     Every clip of both sets (and the prompt's audio) is checked first for what each judge given will hear
     (`bad_audio`): with any bad clip the comparison is `audio.Refused`, a failing verdict naming each, and no judge
     runs."""
+    if judge is None and voice_judge is None and mos_judge is None:
+        raise ValueError("nothing to judge with: give the WER judge, or a SIM or MOS judge")
     problems = bad_audio(ref, cand, voice_judge is not None, mos_judge is not None, prompt)
     if problems:
         refused = audio.Refused(tuple(problems), label)
         return Comparison(refused, None, None, None, refused)
-    ref_scored, ref_hyps = score_clips(judge, ref)
-    cand_scored, cand_hyps = score_clips(judge, cand)
-    verdict = gate(ref_scored, cand_scored, margin_points=margin_points, label=label, rerun=rerun)
+    verdict = ref_scored = cand_scored = ref_hyps = cand_hyps = None
+    if judge is not None:
+        ref_scored, ref_hyps = score_clips(judge, ref)
+        cand_scored, cand_hyps = score_clips(judge, cand)
+        verdict = gate(ref_scored, cand_scored, margin_points=margin_points, label=label, rerun=rerun)
     scores = judged_scores(ref, cand, voice_judge, mos_judge, prompt)
     groups = [c.group for c in ref]
-    gated = [verdict]
+    gated = [verdict] if verdict is not None else []
     if "SIM" in scores:
-        gated.append(score_gate("SIM", SIM_UNIT, *scores["SIM"], groups, sim_margin, voice_judge.identity,
-                                label, rerun))
-    for name, _, unit in MOS_FIELDS if mos_judge is not None else ():
+        unit = getattr(voice_judge, "unit", SIM_UNIT)  # the judge's own: GE2E's cosine is not WavLM's
+        gated.append(score_gate("SIM", unit, *scores["SIM"], groups, sim_margin, voice_judge.identity, label, rerun))
+    for name, _, unit in mos_fields(mos_judge) if mos_judge is not None else ():
         gated.append(score_gate(name, unit, *scores[name], groups, mos_margin, mos_judge.identity, label, rerun))
-    overall = Overall(tuple(gated), label) if len(gated) > 1 else None
+    overall = Overall(tuple(gated), label) if len(gated) > 1 or verdict is None else None
     pack = None
     if not (overall or verdict).passed and pack_dir is not None:
         pack = write_listening_pack(pack_dir, ref, cand, ref_hyps, cand_hyps, ref_scored, cand_scored,
                                     verdict=overall or verdict, scores=scores)
     return Comparison(verdict, ref_scored, cand_scored, pack, overall, scores)
+
+
+class MissingOutput(ValueError):
+    """An item of the set with no wav in a side's output folder: named, never dropped."""
+
+
+def set_clips(eval_set, folder: str | os.PathLike, side: str) -> list[Clip]:
+    """The clips a side generated for every item of `eval_set` (harness.quality.sets), read from folder/<id>.wav,
+    in the set's order: each in its item's language, its block the item's prompt (the items of one prompt share a
+    voice). MissingOutput names every item without a wav."""
+    folder = Path(folder)
+    missing = [i.id for i in eval_set.items if not (folder / f"{i.id}.wav").is_file()]
+    if missing:
+        raise MissingOutput(f"the {side} side wrote no wav for {len(missing)} of {len(eval_set.items)} items of "
+                            f"{eval_set.path} in {folder}: {', '.join(missing[:10])}"
+                            + (" ..." if len(missing) > 10 else "") + "; every item is judged or the set is refused")
+    clips = []
+    for item in eval_set.items:
+        wav, sr = sf.read(folder / f"{item.id}.wav", dtype="float32", always_2d=True)
+        clips.append(Clip(item.id, item.target_text, wav.mean(axis=1), int(sr), group=str(item.prompt_wav),
+                          language=item.language))
+    return clips
+
+
+def compare_set_folders(judge, eval_set, ref_dir, cand_dir, label: str = "", pack_dir=None, rerun: str = "",
+                        **judges) -> Comparison:
+    """compare_sets on an evaluation set's two output folders: each item judged against its own prompt (SIM to
+    that prompt's audio), its words in its language (WER, CER for zh and ja), and the same paired statistics,
+    each prompt's items one resampling block. `judges`: voice_judge, mos_judge and the margins."""
+    ref, cand = set_clips(eval_set, ref_dir, "reference"), set_clips(eval_set, cand_dir, "candidate")
+    prompts = [item.prompt_audio() for item in eval_set.items]
+    return compare_sets(judge, ref, cand, label=label, pack_dir=pack_dir, rerun=rerun, prompt=prompts, **judges)
 
 
 def gate_on_holdout(

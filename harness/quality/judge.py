@@ -79,6 +79,16 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+class CannotHear(ValueError):
+    """Clips in a language the WER judge does not speak (an English-only Whisper and a zh item): no transcript."""
+
+    def __init__(self, name: str, languages):
+        self.languages = sorted(set(languages))
+        super().__init__(f"the WER judge {name} is English-only and cannot transcribe {', '.join(self.languages)}: "
+                         f"give a multilingual Whisper with --judge PATH / {JUDGE_ENV}=PATH (a CTranslate2 folder, "
+                         "e.g. large-v3), or leave WER out for those items (--quality-metrics sim,mos)")
+
+
 @dataclasses.dataclass
 class Judge:
     """A loaded faster-whisper model; `identity` is recorded in every result it produces."""
@@ -88,12 +98,23 @@ class Judge:
     compute_type: str
     identity: str
 
-    def transcribe(self, wav: np.ndarray, sr: int) -> str:
-        """wav: [T] float mono at sr -> text, decoded with `DECODE`; bad audio is refused (audio.BadAudio)."""
+    @property
+    def multilingual(self) -> bool:
+        """False for an English-only Whisper (tiny.en, ...): it hears "en" alone."""
+        return bool(getattr(getattr(self.model, "model", None), "is_multilingual", False))
+
+    def hears(self, language: str) -> bool:
+        return language == "en" or self.multilingual
+
+    def transcribe(self, wav: np.ndarray, sr: int, language: str = "en") -> str:
+        """wav: [T] float mono at sr -> text, decoded with `DECODE` in `language`; bad audio is refused
+        (audio.BadAudio), a language the model does not speak too (CannotHear)."""
+        if not self.hears(language):
+            raise CannotHear(json.loads(self.identity)["model"], [language])
         audio.require(wav, sr, "WER")
         wav = to_judge_rate(wav, sr)
         decode = DECODE_LONG if wav.size > LONG_FORM_S * JUDGE_SR else DECODE
-        segments, _ = self.model.transcribe(wav, **decode)
+        segments, _ = self.model.transcribe(wav, **{**decode, "language": language})
         return " ".join(s.text.strip() for s in segments).strip()
 
 

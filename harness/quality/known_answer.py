@@ -16,7 +16,8 @@ work where they share seeds.
     fastpath-suite known-answer --reps 20    # the table of docs/results.md (cold: about 4000 clips to render)
 
 `--metric sim|mos|stream` runs the SIM and MOS gates' tables and the stream voice check instead
-(harness/quality/known_scores.py).
+(harness/quality/known_scores.py); `--metric clone-set` the version gate's quality-set check on the espeak set in
+Seed-TTS-eval's layout (harness/quality/known_clone.py).
 
 `--results DIR` writes the figures (margin, seeds, repetitions, the judge's identity, the espeak-ng version and
 each row's as_dict) as a results file; `render_results` turns them into the table of docs/results.md.
@@ -276,9 +277,10 @@ def markdown(rows: list[Row], margin_points: float, seeds: int, items: int, judg
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="fastpath-suite known-answer", description=__doc__.split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--metric", choices=("wer", "sim", "mos", "stream"), default="wer",
-                        help="which gate: WER (words, Whisper), SIM (voice, GE2E), MOS (DNSMOS OVRL and P808), or "
-                             "stream (the voice check at a stream's seams)")
+    parser.add_argument("--metric", choices=("wer", "sim", "mos", "stream", "clone-set"), default="wer",
+                        help="which gate: WER (words, Whisper), SIM (voice, GE2E), MOS (DNSMOS OVRL and P808), "
+                             "stream (the voice check at a stream's seams), or clone-set (the version gate's "
+                             "quality-set check on the espeak Seed-TTS-eval-format set)")
     parser.add_argument("--reps", type=int, default=20, help="repetitions of every case (fresh seeds and damage)")
     parser.add_argument("--streams", type=int, default=40, help="--metric stream: streams of each kind")
     parser.add_argument("--seeds", type=int, default=SEEDS, help="seeds per sentence in a set (every metric)")
@@ -299,6 +301,10 @@ def main(argv=None) -> int:
     from .judge import load_judge
 
     progress = Progress("known-answer", quiet=args.quiet)
+    if args.metric == "clone-set":
+        from . import known_clone
+
+        return known_clone.main(args, progress)
     if args.metric != "wer":
         from . import known_scores
 

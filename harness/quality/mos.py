@@ -102,8 +102,18 @@ def identity() -> str:
                        "engine": {n: machine.package_version(n) for n in ("onnxruntime", "librosa")}}, sort_keys=True)
 
 
+def load_mos_judge(name: str | None = None):
+    """The MOS judge: `name` (or env FASTPATH_MOS_JUDGE) UTMOS22 strong weights (harness.quality.utmos), else DNSMOS."""
+    import os
+
+    from . import utmos
+
+    name = name or os.environ.get(utmos.ENV) or None
+    return utmos.load(name) if name else load_dnsmos()
+
+
 @functools.lru_cache(maxsize=1)
-def load_mos_judge() -> MosJudge:
+def load_dnsmos() -> MosJudge:
     """Both ONNX sessions on CPU, once per process."""
     ident = identity()
     from speechmos import dnsmos

@@ -104,8 +104,18 @@ def identity() -> str:
                       sort_keys=True)
 
 
+def load_voice_judge(name: str | None = None):
+    """The SIM judge: `name` (or env FASTPATH_SIM_JUDGE) a WavLMForXVector folder (harness.quality.wavlm), else GE2E."""
+    import os
+
+    from . import wavlm
+
+    name = name or os.environ.get(wavlm.ENV) or None
+    return wavlm.load(name) if name else load_ge2e()
+
+
 @functools.lru_cache(maxsize=1)
-def load_voice_judge() -> VoiceJudge:
+def load_ge2e() -> VoiceJudge:
     """The encoder on CPU (once per process: its first embedding warms librosa up, about 3 s; on a new install
     numba compiles librosa's kernels first, about 30 s, which scripts/install.sh does once)."""
     ident = identity()
@@ -119,12 +129,29 @@ def halves(wav: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return wav[:mid], wav[mid:]
 
 
+Prompt = tuple  # (wav [T], sr): a voice prompt's audio
+
+
+def per_clip(prompt: Prompt | list[Prompt], n: int) -> list[Prompt]:
+    """One prompt for each of n clips: `prompt` for all of them, or a list of one per clip (an evaluation set's
+    items, each cloned from its own prompt)."""
+    if isinstance(prompt, list):
+        if len(prompt) != n:
+            raise ValueError(f"{len(prompt)} voice prompts for {n} clips: give one per clip, or one for all")
+        return prompt
+    return [prompt] * n
+
+
 def sim_problems(ref: Sequence[Clip], cand: Sequence[Clip],
-                 prompt: tuple[np.ndarray, int] | None = None) -> list[audio.Problem]:
-    """What `sim_scores` would give the judge that it must not hear, by name: with a prompt, its audio and every
-    clip; in auto voice, both halves of each reference clip and the first half of each candidate clip."""
+                 prompt: Prompt | list[Prompt] | None = None) -> list[audio.Problem]:
+    """What `sim_scores` would give the judge that it must not hear, by name: with a prompt (one, or one per clip),
+    its audio and every clip; in auto voice, both halves of each reference clip and the first half of each candidate
+    clip."""
     if prompt is not None:
-        parts = [("the voice prompt's audio", *prompt)]
+        if isinstance(prompt, list):
+            parts = [(f"the voice prompt of clip {c.id}", *p) for c, p in zip(ref, per_clip(prompt, len(ref)))]
+        else:
+            parts = [("the voice prompt's audio", *prompt)]
         parts += [(f"clip {c.id} ({side})", c.wav, c.sr) for side, clips in (("reference", ref), ("candidate", cand))
                   for c in clips]
     else:
@@ -135,15 +162,17 @@ def sim_problems(ref: Sequence[Clip], cand: Sequence[Clip],
 
 
 def sim_scores(judge: VoiceJudge, ref: Sequence[Clip], cand: Sequence[Clip],
-               prompt: tuple[np.ndarray, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+               prompt: Prompt | list[Prompt] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(SIM of every reference clip [N], of every candidate clip [N]), paired by position (module docstring: to the
-    prompt's audio when cloned, to the reference clip's second half in auto voice)."""
+    prompt's audio when cloned, each clip to its own prompt when given one per clip, to the reference clip's second
+    half in auto voice)."""
     if [c.id for c in ref] != [c.id for c in cand]:
         raise ValueError("reference and candidate clips are not paired: ids differ or are in another order")
     audio.refuse(sim_problems(ref, cand, prompt))
     if prompt is not None:
-        return (np.array([judge.similarity((c.wav, c.sr), prompt) for c in ref]),
-                np.array([judge.similarity((c.wav, c.sr), prompt) for c in cand]))
+        prompts = per_clip(prompt, len(ref))
+        return (np.array([judge.similarity((c.wav, c.sr), p) for c, p in zip(ref, prompts)]),
+                np.array([judge.similarity((c.wav, c.sr), p) for c, p in zip(cand, prompts)]))
     ref_s, cand_s = [], []
     for r, c in zip(ref, cand):
         anchor = (halves(r.wav)[1], r.sr)

@@ -1,8 +1,11 @@
-"""Scoring: Whisper's English normalizer, then jiwer alignments per utterance.
+"""Scoring: Whisper's normalizers, then jiwer alignments per utterance, in words or, for Chinese and Japanese, in
+characters (CER, as Seed-TTS-eval scores zh).
 
-The normalizer is `whisper_normalizer.english.EnglishTextNormalizer` (PyPI `whisper-normalizer`): a copy of
-openai-whisper's normalizer that ships its spelling map (`normalizers/english.json`) inside the wheel, so it
-works offline. transformers' copy of the same class needs that json passed in, and transformers ships none.
+English: `whisper_normalizer.english.EnglishTextNormalizer` (PyPI `whisper-normalizer`): a copy of openai-whisper's
+normalizer that ships its spelling map (`normalizers/english.json`) inside the wheel, so it works offline.
+transformers' copy of the same class needs that json passed in, and transformers ships none. Every other language:
+the same package's `BasicTextNormalizer` (lower case, punctuation and symbols out), as Whisper's own multilingual
+evaluation does; zh and ja then count one unit per character, spaces dropped.
 """
 
 from __future__ import annotations
@@ -26,9 +29,31 @@ def _english_normalizer():
     return EnglishTextNormalizer()
 
 
-def normalize(text: str) -> str:
-    """Whisper English normalization: lower case, spelled-out contractions, British->American, no punctuation."""
-    return " ".join(_english_normalizer()(text).split())
+CHARACTER_LANGUAGES = ("zh", "ja")  # scored in characters: CER (no spaces between words to count by)
+
+
+@functools.lru_cache(maxsize=1)
+def _basic_normalizer():
+    from whisper_normalizer.basic import BasicTextNormalizer
+
+    return BasicTextNormalizer()
+
+
+def normalize(text: str, language: str = "en") -> str:
+    """Whisper's normalization for `language`: in English lower case, spelled-out contractions, British->American,
+    no punctuation; in any other, lower case without punctuation or symbols. Units separated by one space: words,
+    or for CHARACTER_LANGUAGES characters."""
+    if language == "en":
+        return " ".join(_english_normalizer()(text).split())
+    basic = _basic_normalizer()(text)
+    if language in CHARACTER_LANGUAGES:
+        return " ".join("".join(basic.split()))
+    return " ".join(basic.split())
+
+
+def unit(language: str) -> str:
+    """What an error is counted in: "characters" (CER) or "words" (WER)."""
+    return "characters" if language in CHARACTER_LANGUAGES else "words"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,12 +83,13 @@ def corpus_wer(errors: Sequence[int], words: Sequence[int]) -> float:
     return float(np.sum(errors)) / total
 
 
-def utterance_errors(reference: str, hypothesis: str) -> tuple[int, int]:
-    """(S + D + I, reference word count) after normalization, from jiwer's word alignment."""
-    ref, hyp = normalize(reference), normalize(hypothesis)
+def utterance_errors(reference: str, hypothesis: str, language: str = "en") -> tuple[int, int]:
+    """(S + D + I, reference unit count) after normalization for `language`, from jiwer's alignment of its units
+    (words, or characters for CHARACTER_LANGUAGES)."""
+    ref, hyp = normalize(reference, language), normalize(hypothesis, language)
     n_ref = len(ref.split())
     if n_ref == 0:
-        raise ValueError(f"reference {reference!r} has no words after normalization")
+        raise ValueError(f"reference {reference!r} has no {unit(language)} after normalization")
     if not hyp:  # jiwer refuses an empty hypothesis; everything is a deletion
         return n_ref, n_ref
     out = jiwer.process_words(ref, hyp)
@@ -76,11 +102,14 @@ def score_set(
     hypotheses: Sequence[str],
     judge: str,
     groups: Sequence[str] | None = None,
+    languages: Sequence[str] | None = None,
 ) -> ScoredSet:
-    """Score N hypotheses against N references; `judge` is the identity of the transcriber that made them."""
+    """Score N hypotheses against N references (each in its language, English when not given); `judge` is the
+    identity of the transcriber that made them."""
     if not (len(ids) == len(references) == len(hypotheses)):
         raise ValueError(f"ids/references/hypotheses lengths differ: {len(ids)}/{len(references)}/{len(hypotheses)}")
-    pairs = [utterance_errors(r, h) for r, h in zip(references, hypotheses)]
+    languages = languages if languages is not None else ["en"] * len(ids)
+    pairs = [utterance_errors(r, h, lang) for r, h, lang in zip(references, hypotheses, languages)]
     return ScoredSet(
         ids=tuple(ids),
         groups=tuple(groups) if groups is not None else tuple(ids),

@@ -1,0 +1,52 @@
+"""The version-bump gate on an evaluation set in Seed-TTS-eval's layout (check quality-set), offline: the espeak-ng
+set (harness.quality.espeak_set), generated in each version's environment by the espeak stand-in synthesizer and
+judged item by item. Candidates are stand-in forks of the installed omnivoice that set `STANDIN_DAMAGE` (the damage
+the stand-in applies in their environment; harness.quality.clone_run), gated against the installed release by
+harness.quality.known_clone (the cases of `fastpath-suite known-answer --metric clone-set`): an identical one
+passes, one with 10 dB noise is refused on MOS, one whose outputs swap two prompts' voices is refused on SIM alone,
+and a German list that tiny.en cannot hear is not judged, then judged on SIM and MOS alone: its swap refused on SIM."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import candidate as cand
+from harness.quality import espeak_set, known_clone
+
+# five venvs and the judges on 12 clips a side: beyond the default run's budget; .ci/run's controls stage
+pytestmark = [pytest.mark.slow, pytest.mark.control]
+
+
+@pytest.fixture(scope="module")
+def espeak_folder(tmp_path_factory):
+    return espeak_set.build(tmp_path_factory.mktemp("seedtts-espeak"))
+
+
+@pytest.fixture(scope="module")
+def venvs(tmp_path_factory):
+    return tmp_path_factory.mktemp("venvs")
+
+
+@pytest.fixture
+def prepare_here(monkeypatch, venvs):
+    """The gate's venvs made under the test's folder, not the shared .cache/gate/."""
+    real = cand.prepare
+    monkeypatch.setattr(cand, "prepare", lambda spec, fresh=False: real(spec, root=venvs, fresh=fresh))
+
+
+@pytest.mark.parametrize("case", known_clone.CASES, ids=[c[0] for c in known_clone.CASES])
+def test_the_gate_judges_a_clone_set_item_by_item(espeak_folder, prepare_here, tmp_path, case):
+    row = known_clone.run_case(espeak_folder, case, tmp_path, log=lambda msg: None)
+    assert row["meets"], row
+    name, damage, lang, expected, judged_at_all, judged = case
+    if not judged_at_all:  # a language the WER judge does not speak: not judged, never a pass
+        assert row["summary"].startswith("not judged: the WER judge") and "cannot transcribe de" in row["summary"]
+        return
+    assert row["status"] == ("pass" if damage == "none" else "fail"), row
+    names = {"wer": ["WER"], "sim": ["SIM"], "mos": ["MOS-OVRL", "MOS-P808"]}
+    assert [m["metric"] for m in row["metrics"]] == [n for j in judged for n in names[j]]
+    if damage != "none":
+        assert all(m in row["summary"].split("not shown non-inferior on ")[-1] for m in known_clone.KNOWN[damage][0])
+    written = sorted(p.name for p in (tmp_path / f"out-{damage}-{lang}" / "quality-set" / "candidate").glob("*.wav"))
+    assert written == sorted(f"{line.split('|')[0]}.wav" for line in
+                             (espeak_folder / lang / "meta.lst").read_text().splitlines())
