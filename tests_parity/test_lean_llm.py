@@ -100,3 +100,26 @@ def test_the_misfit_names_every_changed_source(model, monkeypatch):
     want = f"the installed transformers' {', '.join(n for n in loop.LEAN_SOURCES if n in names)} differ from 5.24.0's"
     with fastpath.patched(model, ["trimmed_cfg"]):  # its attention wrapper: the checks before the sources pass
         assert loop.lean_llm_misfit(model) == want
+
+
+def test_a_source_that_cannot_be_read_counts_as_changed(model, monkeypatch):
+    """transformers 5.25 turned apply_rotary_pos_emb into a kernels function object, whose source inspect cannot
+    read: the check named it as changed instead of raising (the generate fell back to the LLM's own forward)."""
+    from transformers.models.qwen3 import modeling_qwen3 as q3
+
+    class Wrapped:  # a callable object without Python source, as the kernels hub's functions are
+        def __init__(self, fn):
+            self.fn = fn
+
+        def __call__(self, *args, **kwargs):
+            return self.fn(*args, **kwargs)
+
+    name = "models.qwen3.modeling_qwen3:apply_rotary_pos_emb"
+    monkeypatch.setattr(q3, "apply_rotary_pos_emb", Wrapped(q3.apply_rotary_pos_emb))
+    loop.lean_sources.cache_clear()
+    try:
+        assert loop.lean_sources()[name] == "unreadable: TypeError"
+        with fastpath.patched(model, ["trimmed_cfg"]):
+            assert loop.lean_llm_misfit(model) == f"the installed transformers' {name} differ from 5.24.0's"
+    finally:
+        loop.lean_sources.cache_clear()  # the next caller reads the real sources again
