@@ -347,10 +347,43 @@ def check(args) -> int:
                    for h, reports in sections for r in reports if r.over_limit]
         (args.out / "alarms.json").write_text(json.dumps(alarms, indent=1) + "\n")
         print(f"written: {args.out / 'summary.md'}, {args.out / 'index.html'}, {args.out / 'alarms.json'}")
+    for line in bisect_commands(sections):
+        print(line)
     reports = [r for _, rs in sections for r in rs]
     if any(r.trace.open or r.over_limit for r in reports):
         return 1
     return NOT_JUDGED if any(r.status == "not judged" for r in reports) else 0
+
+
+BISECT_SIGNALS = {"instructions": "instructions", "ops": "structure"}  # a count history's metric -> bisect's signal
+
+
+def bisect_commands(sections) -> list[str]:
+    """For each open change of a count history: the bisect command over its night's commits (the night before it
+    to the night it began), so a flagged night is traced to its commit. Wall-time points are not counting points:
+    their line names the counting command to bisect with instead."""
+    from harness.speed.bisect import command_for
+
+    lines = []
+    for _, reports in sections:
+        for r in reports:
+            for e in r.trace.open:
+                began, before = r.nights[e.began], r.nights[e.began - 1] if e.began > 0 else None
+                if before is None or not before.commit or not began.commit or before.commit == began.commit:
+                    lines.append(f"bisect {r.point}: the nights give no range of commits (night {began.id}: "
+                                 f"{began.commit or 'no commit recorded'})")
+                    continue
+                good, bad = before.commit.removesuffix("-dirty"), began.commit.removesuffix("-dirty")
+                signal = BISECT_SIGNALS.get(r.metric)
+                if signal:
+                    point, _, variant = r.point.partition("/")
+                    lines.append(f"bisect {r.point}: {command_for(good, bad, point, signal)}"
+                                 + (f" --variant {variant}" if variant and variant != "lossless" else ""))
+                else:
+                    lines.append(f"bisect {r.point}: a wall-time point; count its work over the range with "
+                                 f"{command_for(good, bad, 'POINT', 'instructions')} (a counting point: "
+                                 f"fixtures/points.json 'counts')")
+    return lines
 
 
 def rates(argv) -> int:
@@ -465,10 +498,16 @@ def main(argv=None) -> int:
     acc.add_argument("--reason", required=True)
     verbs.add_parser("rates", help="the rule's operating characteristics on recorded nights (see its --help)",
                      add_help=False)
+    verbs.add_parser("bisect", help="from a flagged night to its commit: count a point over a commit range, "
+                                    "git-bisect style (see its --help)", add_help=False)
     if argv is None:
         argv = sys.argv[1:]
     if argv and argv[0] == "rates":
         return rates(argv[1:])
+    if argv and argv[0] == "bisect":
+        from harness.speed.bisect import main as bisect_main
+
+        return bisect_main(argv[1:])
     args = parser.parse_args(argv)
     try:
         if args.action == "append":
