@@ -56,18 +56,6 @@ FORK_ADDS = {"omnivoice/utils/common.py": "\n\ndef fork_only():\n    return 'for
 
 
 @pytest.fixture(scope="module")
-def venvs(tmp_path_factory):
-    return tmp_path_factory.mktemp("venvs")
-
-
-@pytest.fixture
-def prepare_here(monkeypatch, venvs):
-    """The gate's venvs made under the test's folder, not the shared .cache/gate/."""
-    real = cand.prepare
-    monkeypatch.setattr(cand, "prepare", lambda spec, fresh=False: real(spec, root=venvs, fresh=fresh))
-
-
-@pytest.fixture(scope="module")
 def fork_wheel(tmp_path_factory):
     return build_wheel(tmp_path_factory.mktemp("fork"), *FORK, installed_package(FORK_ADDS))
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pytest
 
-from harness import candidate as cand
 from harness.quality import espeak_set, known_clone
 
 # five venvs and the judges on 12 clips a side: beyond the default run's budget; .ci/run's controls stage
@@ -20,18 +19,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.control]
 @pytest.fixture(scope="module")
 def espeak_folder(tmp_path_factory):
     return espeak_set.build(tmp_path_factory.mktemp("seedtts-espeak"))
-
-
-@pytest.fixture(scope="module")
-def venvs(tmp_path_factory):
-    return tmp_path_factory.mktemp("venvs")
-
-
-@pytest.fixture
-def prepare_here(monkeypatch, venvs):
-    """The gate's venvs made under the test's folder, not the shared .cache/gate/."""
-    real = cand.prepare
-    monkeypatch.setattr(cand, "prepare", lambda spec, fresh=False: real(spec, root=venvs, fresh=fresh))
 
 
 @pytest.mark.parametrize("case", known_clone.CASES, ids=[c[0] for c in known_clone.CASES])

@@ -8,6 +8,7 @@ harness that drives them both import it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from pathlib import Path
@@ -34,3 +35,21 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def cached_array(kind: str, key_bytes: bytes, compute: Callable[[], object]):
+    """The array stored under <cache>/<kind>/<sha256(key_bytes)[:32]>.npy, or compute() (an array) stored there
+    atomically first: a judge's embedding of a clip, keyed by the clip's samples and the judge's identity."""
+    import numpy as np
+
+    path = cache_dir(kind) / f"{hashlib.sha256(key_bytes).hexdigest()[:32]}.npy"
+    if path.exists():
+        return np.load(path)
+    value = compute()
+
+    def write(tmp):
+        with open(tmp, "wb") as f:  # a file object: np.save would add ".npy" to the temporary name
+            np.save(f, value)
+
+    atomic_write(path, write)
+    return value

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import json
 from pathlib import Path
 from typing import Sequence
@@ -33,7 +32,7 @@ import numpy as np
 
 from . import audio
 from .audio import JUDGE_SR, Clip, to_judge_rate
-from .cache import atomic_write, cache_dir
+from .cache import cached_array
 from .judge import file_sha256
 
 # The lowest SIM between consecutive chunks of one stream that still counts as one voice, and why: on espeak-ng
@@ -56,23 +55,16 @@ class VoiceJudge:
         (audio.BadAudio)."""
         audio.require(wav, sr, "SIM")
         wav16 = to_judge_rate(wav, sr)
-        key = hashlib.sha256(wav16.tobytes() + self.identity.encode()).hexdigest()[:32]
-        path = cache_dir("voice") / f"{key}.npy"
-        if path.exists():
-            return np.load(path)
-        from resemblyzer import preprocess_wav
 
-        trimmed = preprocess_wav(wav16)  # already at the encoder's 16 kHz: no resampling inside
-        if trimmed.size == 0:  # nothing webrtcvad calls voiced (above the silence floor all the same): embed it whole
-            trimmed = wav16
-        emb = np.asarray(self.encoder.embed_utterance(trimmed), dtype=np.float32)
+        def compute() -> np.ndarray:
+            from resemblyzer import preprocess_wav
 
-        def write(tmp):
-            with open(tmp, "wb") as f:  # a file object: np.save would add ".npy" to the temporary name
-                np.save(f, emb)
+            trimmed = preprocess_wav(wav16)  # already at the encoder's 16 kHz: no resampling inside
+            if trimmed.size == 0:  # nothing webrtcvad calls voiced (above the silence floor all the same): all of it
+                trimmed = wav16
+            return np.asarray(self.encoder.embed_utterance(trimmed), dtype=np.float32)
 
-        atomic_write(path, write)
-        return emb
+        return cached_array("voice", wav16.tobytes() + self.identity.encode(), compute)
 
     def similarity(self, a: tuple[np.ndarray, int], b: tuple[np.ndarray, int]) -> float:
         """SIM of two (wav, sr) clips: the cosine of their embeddings."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import json
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import numpy as np
 
 from . import audio
 from .audio import JUDGE_SR, to_judge_rate
-from .cache import atomic_write, cache_dir
+from .cache import cached_array
 from .judge import file_sha256
 
 ENV = "FASTPATH_SIM_JUDGE"
@@ -56,21 +55,14 @@ class WavLMJudge:
 
         audio.require(wav, sr, "SIM")
         x = to_judge_rate(wav, sr)
-        key = hashlib.sha256(x.tobytes() + self.identity.encode()).hexdigest()[:32]
-        path = cache_dir("voice") / f"{key}.npy"
-        if path.exists():
-            return np.load(path)
-        inputs = self.extractor(x, sampling_rate=JUDGE_SR, return_tensors="pt")
-        with torch.inference_mode():
-            emb = self.model(**inputs).embeddings[0].float()
-        emb = (emb / emb.norm().clamp_min(1e-12)).numpy().astype(np.float32)
 
-        def write(tmp):
-            with open(tmp, "wb") as f:
-                np.save(f, emb)
+        def compute() -> np.ndarray:
+            inputs = self.extractor(x, sampling_rate=JUDGE_SR, return_tensors="pt")
+            with torch.inference_mode():
+                emb = self.model(**inputs).embeddings[0].float()
+            return (emb / emb.norm().clamp_min(1e-12)).numpy().astype(np.float32)
 
-        atomic_write(path, write)
-        return emb
+        return cached_array("voice", x.tobytes() + self.identity.encode(), compute)
 
     def similarity(self, a: tuple[np.ndarray, int], b: tuple[np.ndarray, int]) -> float:
         return float(np.dot(self.embed(*a), self.embed(*b)))
