@@ -88,9 +88,61 @@ def pytest_addoption(parser):
                     help="a check whose stored input is missing (a recorded point, a baseline of a recorded key, a "
                          "judge) is 'not judged' (a skip, listed in the summary) instead of a failure naming what "
                          f"to record (default: strict, unless {strict.ENV}=0)")
+    group.addoption("--gpus", default=None, metavar="all|0,1,...",
+                    help="one pytest-xdist worker per GPU, each seeing only its own (CUDA_VISIBLE_DEVICES=k): 'all' "
+                         "(every GPU nvidia-smi lists) or a list of indices; e.g. pytest -m cuda --gpus all "
+                         "(docs/gpu.md)")
     group.addoption("--inject-slowdown", type=_fraction, default=0.0,
                     help="make every LLM forward of the speed tier's models this much slower (e.g. 0.2), "
                          "to check that the baseline gate catches it (default: %(default)s)")
+
+
+def gpu_list(text: str) -> list[str]:
+    """The GPU indices `--gpus` names: 'all' is every GPU `nvidia-smi -L` lists (CUDA is not initialised here)."""
+    import shutil
+    import subprocess
+
+    if text != "all":
+        ids = [t.strip() for t in text.split(",") if t.strip()]
+        if not ids or not all(t.isdigit() for t in ids) or len(set(ids)) != len(ids):
+            raise pytest.UsageError(f"--gpus {text!r}: give 'all' or distinct GPU indices separated by commas, e.g. 0,1")
+        return ids
+    smi = shutil.which("nvidia-smi")
+    listed = subprocess.run([smi, "-L"], capture_output=True, text=True).stdout if smi else ""
+    ids = [str(k) for k, line in enumerate(line for line in listed.splitlines() if line.startswith("GPU "))]
+    if not ids:
+        raise pytest.UsageError("--gpus all: nvidia-smi lists no GPU here" + ("" if smi else " (nvidia-smi not found)")
+                                + "; on a machine without one, leave --gpus out")
+    return ids
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """Under pytest-xdist: the tests of a module go to one worker (--dist loadscope unless another is given), so a
+    module's model is built once; with --gpus, one worker per GPU, each seeing only its own (docs/sharding.md).
+    Runs before xdist's own hook, which turns -n into its workers."""
+    option = config.option
+    if not hasattr(option, "numprocesses") or hasattr(config, "workerinput"):
+        return  # xdist not loaded (-p no:xdist), or this is a worker: it gets the controller's options and no workers
+    if option.gpus:
+        if option.numprocesses or option.tx:
+            raise pytest.UsageError("--gpus starts one worker per GPU: leave out -n and --tx")
+        option.tx = [f"popen//env:CUDA_VISIBLE_DEVICES={k}" for k in gpu_list(option.gpus)]
+    if (option.numprocesses or option.tx) and option.dist == "no":
+        option.dist = "loadscope"
+
+
+WORKER_MEMORY = 4 * 2**30  # what one xdist worker of the default run holds at most (measured: 1.8 to 3.7 GB RSS)
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker per usable CPU (affinity and cgroup quota), but no more than the available memory holds
+    at WORKER_MEMORY each: a 64-core runner with 32 GB gets 8, not 64 workers that swap."""
+    import psutil
+
+    from harness.machine import usable_cpus
+
+    return max(1, min(usable_cpus(), psutil.virtual_memory().available // WORKER_MEMORY))
 
 
 _ENV_BEFORE = {}  # the environment variables pytest_configure changed, with their values before, for unconfigure
@@ -144,7 +196,11 @@ def pytest_configure(config):
     # MKL_ENABLE_INSTRUCTIONS=AVX2). A test that sets the thread count (and puts it back: the shared-state guard
     # checks) would leave every later test in another state than the tests before it: set it once here, before
     # any test computes anything.
-    torch.set_num_threads(torch.get_num_threads())
+    threads = torch.get_num_threads()
+    workers = getattr(config, "workerinput", {}).get("workercount")
+    if workers:  # an xdist worker: the machine's threads shared between the workers, not each worker taking all
+        threads = max(1, threads // workers)
+    torch.set_num_threads(threads)
 
 
 def pytest_unconfigure(config):
@@ -155,7 +211,20 @@ def pytest_report_header(config):
     note = config.stash.get(_OVERRIDE_NOTE, None)
     mode = ("strict inputs: a missing stored figure fails its test" if strict.is_strict(config) else
             f"{strict.OPTION}: a missing stored figure is 'not judged' (listed at the end)")
-    return [mode] + ([note] if note else [])
+    gpus = ([f"one worker per GPU: " + ", ".join(f"gw{k} sees GPU {spec.rsplit('=', 1)[1]}"
+                                                 for k, spec in enumerate(config.option.tx))]
+            if getattr(config.option, "gpus", None) else [])
+    return [mode] + gpus + ([note] if note else [])
+
+
+def pytest_runtest_setup(item):
+    """Under xdist (or with CUDA_VISIBLE_DEVICES set), each test's report says which worker and GPUs ran it: junit
+    properties `worker` and `cuda_visible_devices` (harness.machine.placement)."""
+    from harness.machine import placement
+
+    where = placement()
+    if any(v is not None for v in where.values()):
+        item.user_properties += [(k, v) for k, v in where.items() if v is not None]
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -43,6 +43,7 @@ VERBS = {
     "record-nights": ("scripts/record_nights.sh", "repeated runs of nightly points: the noise `history rates` uses"),
     "speed-gate-check": ("scripts/validate_speed_gate.sh", "record a CPU baseline, 5 clean reruns, one slowed run"),
     "serve-check": ("harness.serving:main", "omnivoice-server with fastpath against stock: same bytes and tokens"),
+    "shards": ("harness.sharding:main", "the suite sharded over xdist workers: serial and sharded runs, test for test"),
     "mutants": ("harness.mutants:main", "mutation testing of fastpath/: a seeded sample, or the lines a change touched"),
     "name-check": ("harness.release:main", "is the distribution's name free on the package index? (pip's own client)"),
     "results": ("harness.results:main", "render docs/results.md from the results files (--check: verify)"),

@@ -161,10 +161,16 @@ class Env:
                 return here[0].metadata["Name"], here[0].version
         return provider(self.site)
 
+    def run_env(self) -> dict:
+        """What this environment's python runs with, beside the caller's environment: no user site, the repository
+        first on the path (fastpath and the harness importable)."""
+        return {"PYTHONNOUSERSITE": "1",
+                "PYTHONPATH": os.pathsep.join([str(REPO_ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
+
     def run(self, args, *, extra_env=None, timeout=None, log: Path | None = None) -> subprocess.CompletedProcess:
         """Run this environment's python with `args` in the repo root (fastpath importable from it)."""
-        env = dict(os.environ, PYTHONNOUSERSITE="1", **(extra_env or {}))
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+        env = dict(os.environ, **self.run_env())
+        env.update(extra_env or {})
         done = subprocess.run([str(self.python), *map(str, args)], cwd=REPO_ROOT, env=env, capture_output=True,
                               text=True, timeout=timeout)
         if log is not None:
@@ -283,10 +289,19 @@ def _install_missing_requirements(python: Path, name: str = PACKAGE) -> tuple:
 
 
 def prepare(spec: Spec, root: Path | None = None, fresh: bool = False) -> Env:
-    """The candidate's environment, made once per candidate (reused while its spec and content are the same)."""
+    """The candidate's environment, made once per candidate (reused while its spec and content are the same); one
+    maker at a time per folder (a file lock: parallel gates or xdist workers wait, then reuse it)."""
     if spec.kind == "current":
         return current_env()
-    folder = (root or cache_dir() / "gate") / spec.name
+    from filelock import FileLock
+
+    base = root or cache_dir() / "gate"
+    base.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(base / f".{spec.name}.lock")):
+        return _prepare(spec, base / spec.name, fresh)
+
+
+def _prepare(spec: Spec, folder: Path, fresh: bool) -> Env:
     python = folder / "venv" / "bin" / "python"
     marker = folder / "candidate.json"
     if not fresh and marker.is_file() and python.exists():

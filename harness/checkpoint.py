@@ -206,23 +206,32 @@ def build_checkpoint(size: str = "tiny", root: Path | None = None) -> Path:
     if (final / "config.json").is_file():
         return final
     root.mkdir(parents=True, exist_ok=True)
+    from filelock import FileLock
+
+    # one builder per machine: the others (xdist workers, parallel commands) wait for it and reuse its folder
+    with FileLock(str(root / f".{size}-{key}.lock")):
+        if not (final / "config.json").is_file():
+            _build_into(recipes[size], size, key, root, final)
+    return final
+
+
+def _build_into(recipe: dict, size: str, key: str, root: Path, final: Path) -> None:
     print(f"building the {size} test checkpoint into {final} (seeded weights, then the codec's calibration; once)",
           file=sys.stderr, flush=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{size}-", dir=root))
     tmp.chmod(0o755)
     try:
-        _write_checkpoint(recipes[size], tmp)
+        _write_checkpoint(recipe, tmp)
         (tmp / "fastpath_recipe.json").write_text(
-            json.dumps({"size": size, "key": key, "recipe": recipes[size], "versions": _versions()}, indent=1)
+            json.dumps({"size": size, "key": key, "recipe": recipe, "versions": _versions()}, indent=1)
         )
         try:
-            os.replace(tmp, final)  # atomic: parallel builders race, one wins, the rest reuse it
+            os.replace(tmp, final)  # atomic: a reader never sees a half-built folder
         except OSError:
             if not (final / "config.json").is_file():
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return final
 
 
 def find_hf_cache() -> Path | None:

@@ -59,6 +59,7 @@ from harness.behaviour import DEVICES as GRID_DEVICES, DTYPES as GRID_DTYPES
 from harness import results as result_files
 from harness.cli import int_at_least
 from harness.progress import Progress, clock
+from harness.workers import ENGINES
 
 STATUSES = ("pass", "changed-as-expected", "changed", "fail", "skipped", "error")  # error: the check could not run
 CHECKS = ("fingerprints", "behaviour", "goldens", "parity", "work", "rtf", "quality-set", "quality")
@@ -577,10 +578,11 @@ QUALITY_METRICS = ("wer", "sim", "mos")
 
 
 def check_quality_set(env, against, quality_set: str | None, synth: str, checkpoint: str | None, out: Path,
-                      judges: dict | None = None, log=print, metrics=QUALITY_METRICS) -> Check:
+                      judges: dict | None = None, log=print, metrics=QUALITY_METRICS, workers: int = 1,
+                      engine: str = "local", gpus=None) -> Check:
     """The candidate's outputs of an evaluation set against the --against version's, item by item (module
-    docstring, check quality-set)."""
-    from harness.quality import clone_run, evaluate, judge as wer_judge, sets
+    docstring, check quality-set); over `workers` workers on `engine` (harness.quality.shards: the same verdict)."""
+    from harness.quality import evaluate, judge as wer_judge, sets, shards
 
     if not quality_set:
         return Check("quality-set", "skipped", False, "skipped: no --quality-set given (a Seed-TTS-eval meta.lst or "
@@ -595,7 +597,15 @@ def check_quality_set(env, against, quality_set: str | None, synth: str, checkpo
     eval_set = sets.read_set(quality_set)
     folders = {side: out / "quality-set" / side for side in ("against", "candidate")}
     for side, e in (("against", against), ("candidate", env)):
-        log(f"quality-set: generating {len(eval_set.items)} items in the {side} environment ({synth})")
+        log(f"quality-set: generating {len(eval_set.items)} items in the {side} environment ({synth})"
+            + (f" over {workers} workers ({engine})" if workers > 1 else ""))
+        if workers > 1:
+            try:
+                shards.generate(quality_set, folders[side], workers, synth, python=e.python, checkpoint=real,
+                                extra_env=e.run_env(), engine=engine, gpus=gpus, logs=out, timeout=7200, log=log)
+            except shards.ShardFailure as err:
+                raise GateStepError(f"generating the set failed in the {side} environment: {err}") from None
+            continue
         args = ["-m", "harness.quality.clone_run", str(Path(quality_set).resolve()), str(folders[side]), "--synth",
                 synth] + (["--checkpoint", real] if real else [])
         done = e.run(args, timeout=7200, log=out / f"quality-set-{side}.log")
@@ -613,10 +623,19 @@ def check_quality_set(env, against, quality_set: str | None, synth: str, checkpo
 
     log(f"quality-set: judging {len(eval_set.items)} items on {', '.join(m.upper() for m in metrics)}, candidate "
         f"against --against")
-    result = evaluate.compare_set_folders(judge, eval_set, folders["against"], folders["candidate"],
-                                          label="candidate", pack_dir=out / "quality-set" / "pack",
-                                          voice_judge=load_voice_judge(judges.get("sim")) if "sim" in metrics else None,
-                                          mos_judge=load_mos_judge(judges.get("mos")) if "mos" in metrics else None)
+    if workers > 1:
+        try:
+            result = shards.judge_set(quality_set, folders["against"], folders["candidate"], workers,
+                                      out / "quality-set" / "judged", metrics, judges, label="candidate",
+                                      pack_dir=out / "quality-set" / "pack", engine=engine, log=log)
+        except shards.ShardFailure as err:
+            raise GateStepError(str(err)) from None
+    else:
+        result = evaluate.compare_set_folders(
+            judge, eval_set, folders["against"], folders["candidate"], label="candidate",
+            pack_dir=out / "quality-set" / "pack",
+            voice_judge=load_voice_judge(judges.get("sim")) if "sim" in metrics else None,
+            mos_judge=load_mos_judge(judges.get("mos")) if "mos" in metrics else None)
     overall = result.overall or result.verdict
     per = {getattr(v, "metric", "WER"): v.passed for v in getattr(overall, "verdicts", (overall,))}
     failed = [m for m, ok in per.items() if not ok]
@@ -657,7 +676,7 @@ def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, r
              parity_select: str | None = None, accepted: dict | None = None, progress: Progress | None = None,
              device: str = "cpu", dtype: str = "fp32", quality_set: str | None = None,
              quality_synth: str = "omnivoice", judges: dict | None = None,
-             quality_metrics=QUALITY_METRICS) -> dict:
+             quality_metrics=QUALITY_METRICS, workers: int = 1, engine: str = "local", gpus=None) -> dict:
     """log: one line per environment prepared and per check started (with a counter and the elapsed time);
     progress: a Progress whose "checks" stage counts the finished checks (none: nothing)."""
     start = time.perf_counter()
@@ -707,7 +726,7 @@ def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, r
             "work": lambda: check_work(env, against, versions, out),
             "rtf": lambda: check_rtf(env, against, rtf_rounds, out) if rtf_rounds else rule_rtf([], []),
             "quality-set": lambda: check_quality_set(env, against, quality_set, quality_synth, checkpoint, out,
-                                                     judges, log, quality_metrics),
+                                                     judges, log, quality_metrics, workers, engine, gpus),
             "quality": lambda: check_quality(env, checkpoint, out, versions[0]),
         }
         # with a real checkpoint the quality check is needed for a verdict: raised or timed out, it is ERROR
@@ -895,6 +914,15 @@ def main(argv=None) -> int:
                                                          "(None: FASTPATH_SIM_JUDGE, else GE2E)")
     parser.add_argument("--mos-judge", default=None, help="the MOS judge for --quality-set: UTMOS22 strong weights, "
                                                          "utmos_state_dict.pt (None: FASTPATH_MOS_JUDGE, else DNSMOS)")
+    parser.add_argument("--workers", type=int_at_least(1), default=1,
+                        help="generate and judge --quality-set over this many workers (harness.quality.shards: items "
+                             "split deterministically, the same verdict as one worker)")
+    parser.add_argument("--engine", choices=ENGINES, default="local",
+                        help="where the workers run: local processes, or Ray tasks on the cluster RAY_ADDRESS names "
+                             "(docs/sharding.md)")
+    parser.add_argument("--gpus", default=None, type=lambda t: [g.strip() for g in t.split(",") if g.strip()],
+                        metavar="0,1,...", help="generate --quality-set on GPUs: with engine local, worker k on GPU k "
+                                                "mod their number; with engine ray, each task asks Ray for one GPU")
     parser.add_argument("--fresh", action="store_true", help="rebuild the candidate's venv under .cache/gate/")
     parser.add_argument("--parity-k", default=None, metavar="EXPR",
                         help="run only the parity tests pytest -k EXPR selects (the verdict says so); "
@@ -939,7 +967,8 @@ def main(argv=None) -> int:
                           args.fresh, command, log=progress.say, parity_select=args.parity_k, accepted=accepted,
                           progress=progress, device=args.device, dtype=args.dtype, quality_set=args.quality_set,
                           quality_synth=args.quality_synth, quality_metrics=args.quality_metrics,
-                          judges={"wer": args.judge, "sim": args.sim_judge, "mos": args.mos_judge})
+                          judges={"wer": args.judge, "sim": args.sim_judge, "mos": args.mos_judge},
+                          workers=args.workers, engine=args.engine, gpus=args.gpus)
     except cand.CandidateError as err:
         print(f"error: the gate could not run: {err}", file=sys.stderr)
         return 2

@@ -200,7 +200,7 @@ def gpu_info(device: str) -> dict:
     import torch
 
     info: dict = {"cuda_available": None, "gpu_name": None, "gpu_driver": None, "cuda_version": None,
-                  "compute_capability": None}
+                  "compute_capability": None, "gpu_uuid": None}
     if not device.startswith("cuda"):
         return info
     info["cuda_available"] = bool(torch.cuda.is_available())
@@ -211,7 +211,15 @@ def gpu_info(device: str) -> dict:
         info["gpu_name"] = torch.cuda.get_device_name(index)
         info["compute_capability"] = f"{major}.{minor}"
         info["gpu_driver"] = nvidia_driver_version()
+        info["gpu_uuid"] = str(getattr(torch.cuda.get_device_properties(index), "uuid", "")) or None
     return info
+
+
+def placement() -> dict:
+    """Which process of a sharded run measured: the pytest-xdist worker (None when not sharded) and the GPUs it was
+    given (CUDA_VISIBLE_DEVICES as set, e.g. by `pytest --gpus all`; None when unset). Results carry it, so a
+    sharded GPU run says which GPU ran what."""
+    return {"worker": os.environ.get("PYTEST_XDIST_WORKER"), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
 
 def cgroup_cpu_limit(root: Path = Path("/sys/fs/cgroup"),
@@ -275,6 +283,7 @@ def machine_info(device: str) -> dict:
         "platform": platform.platform(),
         "mps_available": bool(mps_backend.is_available()) if mps_backend is not None else False,
         **gpu_info(device),
+        "placement": placement(),
         "python": platform.python_version(),
         "versions": {name: package_version(name) for name in RECORDED_PACKAGES},
     }

@@ -70,6 +70,7 @@ KINDS = {
     "false-alarms": ("False alarms of the default suite on fresh clones", "false-alarms",
                      "harness.false_alarms:render_results"),
     "gate": ("Version-bump gate findings", "gate", "harness.gate:render_results"),
+    "shards": ("The default run serial and sharded over xdist workers", "shards", "harness.sharding:render_results"),
     "mutants": ("Mutation score of the patches: what the tests catch", "mutants", "harness.mutants:render_results"),
     "serving": ("Serving: omnivoice-server with fastpath against stock", "serve-check",
                 "harness.serving:render_results"),

@@ -317,7 +317,7 @@ def ci_run(root, install_exit: int, fail: str = "") -> tuple:
     (root / "scripts" / "install.sh").write_text(
         "mkdir -p .venv/bin\n"
         + "".join(f"cat > .venv/bin/{name} <<'STUB'\n{stub}STUB\nchmod +x .venv/bin/{name}\n"
-                  for name in ("python", "fastpath-suite"))
+                  for name in ("python", "pip", "fastpath-suite"))
         + f"exit {install_exit}\n")
     done = subprocess.run(["bash", ".ci/run"], cwd=root, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "FASTPATH_STRICT": "0"})
@@ -329,11 +329,16 @@ def test_ci_runs_its_four_stages_in_strict_mode(tmp_path):
     (this one says 0)."""
     done, calls = ci_run(tmp_path, install_exit=0)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert [c.split()[:2] for c in calls] == [["python", "FASTPATH_STRICT=1"]] * 2 + [
+    assert [c.split()[:2] for c in calls] == [["python", "FASTPATH_STRICT=1"], ["pip", "FASTPATH_STRICT=1"],
+                                              ["python", "FASTPATH_STRICT=1"]] + [
         ["fastpath-suite", "FASTPATH_STRICT=1"]] * 2, calls
-    assert calls[0] == "python FASTPATH_STRICT=1 -m pytest", "the first stage is the README's default run"
-    assert "-m control and not cuda" in calls[1] and calls[2].split()[2] == "instructions", calls
-    assert calls[3].split()[2:5] == ["mutants", "--changed-since", "auto"], calls
+    readme = (REPO_ROOT / "README.md").read_text()
+    test_command = re.search(r"bash scripts/install\.sh && \.venv/bin/(python -m pytest[^\n]*)", readme).group(1)
+    assert calls[0] == test_command.replace("python", "python FASTPATH_STRICT=1", 1), \
+        "the first stage is the README's test command"
+    assert calls[1].split()[2:4] == ["install", "--quiet"] and "ray==" in calls[1], calls
+    assert "-m control and not cuda" in calls[2] and calls[3].split()[2] == "instructions", calls
+    assert calls[4].split()[2:5] == ["mutants", "--changed-since", "auto"], calls
 
 
 def test_a_failed_install_fails_ci_before_any_later_stage(tmp_path):
@@ -345,6 +350,7 @@ def test_a_failed_install_fails_ci_before_any_later_stage(tmp_path):
 
 
 def test_a_failing_default_run_fails_ci_before_the_controls_stage(tmp_path):
-    done, calls = ci_run(tmp_path, install_exit=0, fail="-m pytest")
+    done, calls = ci_run(tmp_path, install_exit=0, fail="-m pytest -n auto")
     assert done.returncode != 0, f".ci/run exited 0 after the default run failed; the stages it ran: {calls}"
-    assert [c.split(" ", 2)[2] for c in calls] == ["-m pytest"], f"stages ran after the default run failed: {calls}"
+    assert [c.split(" ", 2)[2] for c in calls] == ["-m pytest -n auto"], \
+        f"stages ran after the default run failed: {calls}"

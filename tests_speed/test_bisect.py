@@ -50,6 +50,8 @@ def run(repo, shas, good=0, bad=-1, signal="structure"):
     pytest.param([100, 120], 1, id="the one commit"),
     pytest.param([100, 100, 100, 100, 100, 100, 100, 101], 7, id="the last commit, by one call"),
     pytest.param([100, 99, 100, None, 100, 130, 130], 5, id="a commit that does not build, passed over"),
+    pytest.param([100, 100, 100, 90, 90, 90], 3, id="less work: a fall, which the count check fails too"),
+    pytest.param([100, 120, 100, 80, 80], 3, id="BAD fell: a rise on the way is not its step"),
 ])
 def test_bisect_finds_the_first_commit_past_the_floor(tmp_path, counts, step):
     repo, shas = history(tmp_path, counts)
@@ -124,3 +126,62 @@ def test_a_flagged_night_of_a_count_history_prints_its_bisect_command(tmp_path, 
     out = capsys.readouterr().out
     assert (f"bisect auto-short-2/lossless: fastpath-suite history bisect {2:040x} {3:040x} --point auto-short-2 "
             f"--signal structure") in out, out
+
+
+STAND_IN = """#!/usr/bin/env bash
+# a stand-in interpreter: records where and how it was asked to count, then writes the run file
+echo "$PWD $*" > "{log}"
+out="${{@: -1}}"
+echo '{{"points": {{"auto-short-2/lossless": {{"median": 7}}}}}}' > "$out"
+"""
+
+
+@pytest.mark.parametrize("count_with", ["own", "this"])
+def test_count_with_this_drives_each_commits_patches_with_this_harness(tmp_path, count_with):
+    """--count-with this: the count runs in a folder where `harness` is this checkout's and `fastpath` the commit's
+    (linked), as `python -m harness.speed.<signal>`; own: in the commit's worktree, as `python -m harness <signal>`."""
+    repo, shas = history(tmp_path, [1])
+    (repo / "fastpath").mkdir()
+    (repo / "fastpath" / "marker.py").write_text("# the commit's patches\n")
+    git(repo, "add", "fastpath")
+    git(repo, "commit", "-q", "-m", "patches")
+    log = tmp_path / "asked.txt"
+    python = tmp_path / "python"
+    python.write_text(STAND_IN.format(log=log))
+    python.chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    sha = git(repo, "rev-parse", "HEAD")
+    seen = {}
+
+    def spy(args):  # what the folder held while the count ran (it is removed after)
+        where = args.split()[0]
+        from pathlib import Path
+
+        seen.update(harness=Path(where, "harness").resolve(), fastpath=Path(where, "fastpath", "marker.py").exists(),
+                    fastpath_target=Path(where, "fastpath").resolve())
+
+    real_run = subprocess.run
+
+    def run(command, **kw):
+        done = real_run(command, **kw)
+        if command[0] == str(python):
+            spy(log.read_text())
+        return done
+
+    import unittest.mock as mock
+
+    with mock.patch.object(bisect.subprocess, "run", run):
+        count, why = bisect.count_at(repo, sha, "structure", "auto-short-2", "lossless", work, python=str(python),
+                                     count_with=count_with)
+    assert (count, why) == (7, "")
+    asked = log.read_text().split()
+    assert seen["fastpath"], "the commit's fastpath/ is where the count runs"
+    if count_with == "this":
+        assert asked[1:3] == ["-m", "harness.speed.structure"], asked
+        assert seen["harness"] == bisect.REPO_ROOT / "harness", seen
+        assert seen["fastpath_target"].name == "fastpath" and seen["fastpath_target"].parent.name == sha[:12]
+    else:
+        assert asked[1:4] == ["-m", "harness", "structure"], asked
+        assert asked[0].endswith(sha[:12])
+    assert not list(work.iterdir()) or all(p.suffix == ".json" for p in work.iterdir()), "worktree and links removed"

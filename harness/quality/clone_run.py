@@ -4,6 +4,7 @@
 
     python -m harness.quality.clone_run SET OUT --checkpoint PATH [--synth omnivoice]
     python -m harness.quality.clone_run SET OUT --synth espeak
+    python -m harness.quality.clone_run SET OUT --checkpoint PATH --shard K/N   # worker K of N (harness.quality.shards)
 
 Synthesizers:
   * omnivoice: the checkpoint loaded with this environment's omnivoice, the lossless stack applied (what ships),
@@ -15,7 +16,9 @@ Synthesizers:
     harness.quality.espeak_set.DAMAGES); the released omnivoice sets none, so its outputs are the clean ones.
 
 Writes OUT/<id>.wav (float32, the synthesizer's rate) for every item and OUT/manifest.json (the synthesizer, the
-omnivoice distribution and version that ran, the items and seeds). An item that fails stops the run, named.
+omnivoice distribution and version that ran, the items and seeds). An item that fails stops the run, named. With
+`--shard K/N` only worker K's share of the items (harness.quality.shards.split) and OUT/manifest-K-of-N.json: each
+item's output is the one a serial run gives (its seed is its id's, its damage its place in the whole set's).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ def item_seed(item_id: str, base: int = 0) -> int:
 
 
 def omnivoice_clips(eval_set, checkpoint, device: str = "cpu", num_step: int | None = None, stack: bool = True,
-                    model=None):
+                    model=None, only=None):
     """(id, wav, sr) of every item from OmniVoice, with the lossless stack applied (`stack`) or stock; `model` an
     already loaded one (else loaded from `checkpoint`), left as it was found."""
     import torch
@@ -52,6 +55,8 @@ def omnivoice_clips(eval_set, checkpoint, device: str = "cpu", num_step: int | N
     extra = {"num_step": num_step} if num_step else {}
     try:
         for item in eval_set.items:
+            if only is not None and item.id not in only:
+                continue
             torch.manual_seed(item_seed(item.id))
             wav = model.generate(text=item.target_text, language=item.language, ref_audio=str(item.prompt_wav),
                                  ref_text=item.prompt_text, **extra)[0]
@@ -61,21 +66,22 @@ def omnivoice_clips(eval_set, checkpoint, device: str = "cpu", num_step: int | N
             fastpath.revert(model)
 
 
-def espeak_clips(eval_set):
+def espeak_clips(eval_set, only=None):
     import omnivoice
 
     from . import espeak_set
 
     damage = getattr(omnivoice, "STANDIN_DAMAGE", "none")
-    for clip in espeak_set.outputs(eval_set, damage):
+    for clip in espeak_set.outputs(eval_set, damage, only=only):
         yield clip.id, clip.wav, clip.sr
 
 
 def run(set_path: str, out: str, synth: str = "omnivoice", checkpoint: str | None = None, device: str = "cpu",
-        num_step: int | None = None, log=print) -> dict:
+        num_step: int | None = None, log=print, shard: tuple[int, int] = (0, 1)) -> dict:
     import importlib.metadata as md
 
     from . import sets
+    from .shards import split
 
     if synth not in SYNTHS:
         raise ValueError(f"unknown synthesizer {synth!r}: one of {SYNTHS}")
@@ -84,22 +90,28 @@ def run(set_path: str, out: str, synth: str = "omnivoice", checkpoint: str | Non
     eval_set = sets.read_set(set_path)
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
-    clips = (omnivoice_clips(eval_set, checkpoint, device, num_step) if synth == "omnivoice"
-             else espeak_clips(eval_set))
-    start, n = time.perf_counter(), len(eval_set.items)
-    for k, (item_id, wav, sr) in enumerate(clips, 1):
+    k, workers = shard
+    mine = split(eval_set.items, workers)[k]
+    only = None if workers == 1 else {i.id for i in mine}
+    clips = (omnivoice_clips(eval_set, checkpoint, device, num_step, only=only) if synth == "omnivoice"
+             else espeak_clips(eval_set, only))
+    start, n = time.perf_counter(), len(mine)
+    for done, (item_id, wav, sr) in enumerate(clips, 1):
         sf.write(folder / f"{item_id}.wav", wav, sr, subtype="FLOAT")
-        if k == 1 or k == n or k % 10 == 0:
+        if done == 1 or done == n or done % 10 == 0:
             took = time.perf_counter() - start
-            log(f"[clone-run] {k}/{n} items, {took:.0f} s, about {took / k * (n - k):.0f} s left")
+            log(f"[clone-run] {done}/{n} items, {took:.0f} s, about {took / done * (n - done):.0f} s left")
     manifest = {"set": str(eval_set.path), "synth": synth, "checkpoint": checkpoint, "device": device,
                 "num_step": num_step, "omnivoice": md.version("omnivoice"),  # a fork's venv reads the fork's
-                "items": [{"id": i.id, "seed": item_seed(i.id)} for i in eval_set.items]}
-    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
+                "shard": [k, workers], "items": [{"id": i.id, "seed": item_seed(i.id)} for i in mine]}
+    name = "manifest.json" if workers == 1 else f"manifest-{k}-of-{workers}.json"
+    (folder / name).write_text(json.dumps(manifest, indent=1))
     return manifest
 
 
 def main(argv=None) -> int:
+    from .shards import parse_shard
+
     parser = argparse.ArgumentParser(prog="python -m harness.quality.clone_run", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("set", help="a Seed-TTS-eval meta.lst (or its folder), or a LibriSpeech-PC list")
@@ -108,9 +120,10 @@ def main(argv=None) -> int:
     parser.add_argument("--checkpoint", default=None, help="a real OmniVoice checkpoint (synth omnivoice)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--num-step", type=int, default=None, help="generate's num_step (omnivoice's default)")
+    parser.add_argument("--shard", type=parse_shard, default=(0, 1), help="K/N: only worker K of N's items")
     args = parser.parse_args(argv)
     run(args.set, args.out, args.synth, args.checkpoint, args.device, args.num_step,
-        log=lambda msg: print(msg, file=sys.stderr, flush=True))
+        log=lambda msg: print(msg, file=sys.stderr, flush=True), shard=args.shard)
     return 0
 
 

@@ -122,9 +122,10 @@ def voice_of(item) -> str:
     return json.loads((root / "voices.json").read_text())[item.prompt_wav.relative_to(root).as_posix()]
 
 
-def outputs(eval_set, damage: str = "none", seed: int = 0) -> list[Clip]:
+def outputs(eval_set, damage: str = "none", seed: int = 0, only=None) -> list[Clip]:
     """Each item's target text said by espeak in its prompt's voice (a perfect cloner), with `damage` (DAMAGES);
-    one Clip per item, in the set's order, its group the item's prompt (the resampling block: one voice)."""
+    one Clip per item, in the set's order, its group the item's prompt (the resampling block: one voice). `only`:
+    the ids to say (a worker's share), each as in the whole set (its swap and its noise from its place there)."""
     if damage not in DAMAGES:
         raise ValueError(f"unknown damage {damage!r}: one of {DAMAGES}")
     voices = [voice_of(item) for item in eval_set.items]
@@ -135,6 +136,8 @@ def outputs(eval_set, damage: str = "none", seed: int = 0) -> list[Clip]:
             voices = [swap.get(v, v) if i.language == lang else v for v, i in zip(voices, eval_set.items)]
     clips = []
     for n, (item, voice) in enumerate(zip(eval_set.items, voices)):
+        if only is not None and item.id not in only:
+            continue
         wav, sr = speech.render(item.target_text, voice, RATE, PITCH)
         if damage == "noise":
             rng = np.random.default_rng([seed, n])

@@ -347,12 +347,40 @@ def compare_sets(
     if problems:
         refused = audio.Refused(tuple(problems), label)
         return Comparison(refused, None, None, None, refused)
+    figures = judge_figures(judge, ref, cand, voice_judge, mos_judge, prompt)
+    return decide(judge, ref, cand, figures, margin_points, label, pack_dir, rerun, voice_judge, mos_judge,
+                  sim_margin, mos_margin)
+
+
+def judge_figures(judge, ref: Sequence[Clip], cand: Sequence[Clip], voice_judge=None, mos_judge=None,
+                  prompt: tuple | list | None = None) -> dict:
+    """What every judge gives every clip, paired by position: {"hyps": (ref transcripts [N], cand [N])} with the
+    WER judge, and judged_scores' {"SIM": (ref [N], cand [N]), "MOS-...": ...}. Each figure is the clip's own (a
+    clip's figure does not depend on the others), so the figures of a set judged in shards and merged in the set's
+    order are those of the whole set judged at once (harness.quality.shards)."""
+    out = {}
+    if judge is not None:
+        out["hyps"] = (transcribe_set(judge, ref), transcribe_set(judge, cand))
+    out.update(judged_scores(ref, cand, voice_judge, mos_judge, prompt))
+    return out
+
+
+def decide(judge, ref: Sequence[Clip], cand: Sequence[Clip], figures: dict,
+           margin_points: float = DEFAULT_MARGIN_POINTS, label: str = "", pack_dir=None, rerun: str = "",
+           voice_judge=None, mos_judge=None, sim_margin: float = SIM_MARGIN, mos_margin: float = MOS_MARGIN
+           ) -> Comparison:
+    """compare_sets' verdict from the judges' figures (judge_figures): WER's gate on the transcripts, SIM's and
+    MOS's on their scores, one Overall; the listening pack when it does not pass."""
     verdict = ref_scored = cand_scored = ref_hyps = cand_hyps = None
     if judge is not None:
-        ref_scored, ref_hyps = score_clips(judge, ref)
-        cand_scored, cand_hyps = score_clips(judge, cand)
+        ref_hyps, cand_hyps = (list(h) for h in figures["hyps"])
+        ref_scored, cand_scored = (
+            wer.score_set([c.id for c in clips], [c.text for c in clips], hyps, judge.identity,
+                          groups=[c.group for c in clips], languages=[c.language for c in clips])
+            for clips, hyps in ((ref, ref_hyps), (cand, cand_hyps)))
         verdict = gate(ref_scored, cand_scored, margin_points=margin_points, label=label, rerun=rerun)
-    scores = judged_scores(ref, cand, voice_judge, mos_judge, prompt)
+    scores = {name: (np.asarray(r, dtype=float), np.asarray(c, dtype=float))
+              for name, (r, c) in figures.items() if name != "hyps"}
     groups = [c.group for c in ref]
     gated = [verdict] if verdict is not None else []
     if "SIM" in scores:

@@ -5,8 +5,14 @@
 Like `git bisect run`: the commits GOOD..BAD (first parents, oldest first) are searched by halving; each one probed
 is checked out in its own git worktree and counted there by its own code (`python -m harness <signal> --points P
 --variants V --out FILE`, this environment's interpreter and packages, the checkpoint cache shared). A probe whose
-count is above GOOD's by more than the floor is "bad", else "good"; a commit whose count command fails (it does
+count moved from GOOD's by more than the floor, the way BAD's did (more work, or less: the count check fails both),
+is "bad", else "good"; a commit whose count command fails (it does
 not build or import, or its code cannot count the point) is skipped and named, and the search goes on around it.
+
+`--count-with this` holds the counting method fixed instead: each commit's `fastpath/` (the patches) is counted by
+this checkout's harness (`python -m harness.speed.<signal>` over a folder that links this `harness/` beside the
+commit's `fastpath/`). It reaches commits from before the counting command existed, and a range across which the
+counting code itself changed; a commit whose patches this harness cannot drive is skipped and named.
 
 The floor: exact counts (structure: operator calls) move only when the work does, so any rise is a step; instruction
 counts wobble by a few hundredths of a percent with the heap, so the floor is the point's stored margin
@@ -99,20 +105,32 @@ def floor_of(signal: str, point: str, variant: str) -> float:
     return INSTRUCTIONS_FLOOR
 
 
+COUNT_WITH = ("own", "this")
+
+
 def count_at(repo: Path, commit: str, signal: str, point: str, variant: str, work: Path,
-             python: str = sys.executable) -> tuple[int | None, str]:
-    """The point's count by the commit's own code, in a worktree of `repo`: (count, "") or (None, why)."""
+             python: str = sys.executable, count_with: str = "own") -> tuple[int | None, str]:
+    """The point's count at `commit`, in a worktree of `repo`: by the commit's own code, or (count_with "this") by
+    this checkout's harness driving the commit's fastpath/. (count, "") or (None, why)."""
     tree = work / commit[:12]
     if tree.exists():
         shutil.rmtree(tree)
     git(["worktree", "add", "--detach", "--force", str(tree), commit], repo)
     out = work / f"{commit[:12]}-{signal}.json"
-    env = {**os.environ, "PYTHONPATH": str(tree), "FASTPATH_CACHE": os.environ.get("FASTPATH_CACHE",
-                                                                                    str(REPO_ROOT / ".cache"))}
+    where = tree
+    command = [python, "-m", "harness", signal]
+    if count_with == "this":
+        where = work / f"{commit[:12]}-overlay"
+        shutil.rmtree(where, ignore_errors=True)
+        where.mkdir()
+        (where / "harness").symlink_to(REPO_ROOT / "harness", target_is_directory=True)
+        (where / "fastpath").symlink_to(tree / "fastpath", target_is_directory=True)
+        command = [python, "-m", f"harness.speed.{signal}"]
+    env = {**os.environ, "PYTHONPATH": str(where), "FASTPATH_CACHE": os.environ.get("FASTPATH_CACHE",
+                                                                                     str(REPO_ROOT / ".cache"))}
     try:
-        done = subprocess.run([python, "-m", "harness", signal, "--points", point, "--variants", variant, "--quiet",
-                               "--out", str(out)], cwd=tree, env=env, capture_output=True, text=True,
-                              timeout=COUNT_TIMEOUT)
+        done = subprocess.run(command + ["--points", point, "--variants", variant, "--quiet", "--out", str(out)],
+                              cwd=where, env=env, capture_output=True, text=True, timeout=COUNT_TIMEOUT)
         if done.returncode != 0 or not out.is_file():
             last = (done.stderr.strip() or done.stdout.strip()).splitlines()[-1:] or ["no output"]
             return None, f"the count exited {done.returncode}: {last[0][:200]}"
@@ -123,6 +141,7 @@ def count_at(repo: Path, commit: str, signal: str, point: str, variant: str, wor
         return None, f"the count's run file has no {point}/{variant}: {err}"
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=repo, capture_output=True)
+        shutil.rmtree(work / f"{commit[:12]}-overlay", ignore_errors=True)
 
 
 def bisect(repo: Path, good: str, bad: str, point: str, signal: str = "structure", variant: str = "lossless",
@@ -135,6 +154,12 @@ def bisect(repo: Path, good: str, bad: str, point: str, signal: str = "structure
     subjects = dict(line.split(" ", 1) for line in git(["log", "--no-walk=unsorted", "--format=%H %s", *commits],
                                                          Path(repo)).splitlines() if " " in line)
     probes: dict[str, Probe] = {}
+    direction = {"up": True, "down": True}  # until BAD is counted, a move either way is one; then BAD's way only
+
+    def past(count: int, reference: int) -> bool:
+        return ((direction["up"] and count > reference * (1 + floor))
+                or (direction["down"] and count < reference * (1 - floor)))
+
     with tempfile.TemporaryDirectory(prefix="fastpath-bisect-") as tmp:
         def probe(commit: str, reference: int | None) -> Probe:
             started = time.perf_counter()
@@ -146,7 +171,7 @@ def bisect(repo: Path, good: str, bad: str, point: str, signal: str = "structure
             elif reference is None:
                 verdict = "good"
             else:
-                verdict = "bad" if count > reference * (1 + floor) else "good"
+                verdict = "bad" if past(count, reference) else "good"
             p = Probe(commit, subjects.get(commit, ""), count, verdict, why, round(time.perf_counter() - started, 1))
             probes[commit] = p
             log(f"[bisect]   {commit[:12]}: " + (f"{count:,} ({verdict})" if count is not None else f"skipped: {why}"))
@@ -158,6 +183,7 @@ def bisect(repo: Path, good: str, bad: str, point: str, signal: str = "structure
         last = probe(commits[-1], first.count)
         if last.count is None:
             raise BisectError(f"BAD {bad} ({commits[-1][:12]}) cannot be counted: {last.why}")
+        direction.update(up=last.count > first.count, down=last.count < first.count)
         result = Bisection(point, signal, floor, first, last)
         if last.verdict == "good":
             result.probes = list(probes.values())
@@ -184,8 +210,9 @@ def bisect(repo: Path, good: str, bad: str, point: str, signal: str = "structure
 
 def format_result(r: Bisection, good: str, bad: str) -> str:
     unit = "operator calls" if r.signal == "structure" else "instructions"
-    floor = "any rise" if r.floor == 0 else f"more than {100 * r.floor:.2f}%"
-    lines = [f"bisect {good}..{bad}, point {r.point} ({r.signal}: {unit}; a step is {floor} above GOOD's count)"]
+    floor = "any change" if r.floor == 0 else f"more than {100 * r.floor:.2f}% either way"
+    lines = [f"bisect {good}..{bad}, point {r.point} ({r.signal}: {unit}; a step is {floor} from GOOD's count, in "
+             f"the direction BAD moved)"]
     for p in r.probes:
         lines.append(f"  {p.commit[:12]} {p.verdict:>7}  " + (f"{p.count:>14,}" if p.count is not None else
                                                               f"{'-':>14}") + f"  {p.subject[:70]}"
@@ -227,10 +254,14 @@ def main(argv=None) -> int:
                         help="structure: exact operator calls (seconds a count); instructions: callgrind (minutes)")
     parser.add_argument("--variant", choices=("stock", "lossless"), default="lossless")
     parser.add_argument("--repo", type=Path, default=REPO_ROOT, help="the git checkout whose history is searched")
+    parser.add_argument("--count-with", choices=COUNT_WITH, default="own",
+                        help="own: each commit counted by its own harness; this: this checkout's harness counts each "
+                             "commit's fastpath/ (commits older than the counting command; the method held fixed)")
     args = parser.parse_args(argv)
     try:
         result = bisect(args.repo, args.good, args.bad, args.point, args.signal, args.variant,
-                        log=lambda msg: print(msg, file=sys.stderr, flush=True))
+                        log=lambda msg: print(msg, file=sys.stderr, flush=True),
+                        counter=lambda *a: count_at(*a, count_with=args.count_with))
     except BisectError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
