@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -122,10 +123,10 @@ def compare(first: dict[str, Outcome], second: dict[str, Outcome]) -> Agreement:
 # --- measure: the default run serial and sharded, each from a cold cache ------------------------------------
 
 
-def default_run(junit: Path, workers: int | None, cache: Path, log=print, extra: tuple = ()) -> dict:
+def default_run(junit: Path, workers: str | None, cache: Path, log=print, extra: tuple = ()) -> dict:
     """One default run (`python -m pytest`, sharded over `workers` when given) with FASTPATH_CACHE=cache; its wall
     time, exit code and junit report."""
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *extra]
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}", *extra]
     if workers:
         command += ["-n", str(workers)]
     env = dict(os.environ, FASTPATH_CACHE=str(cache))
@@ -137,11 +138,12 @@ def default_run(junit: Path, workers: int | None, cache: Path, log=print, extra:
     took = time.perf_counter() - start
     tail = done.stdout.strip().splitlines()[-1:] or [""]
     log(f"[shards]   exit {done.returncode} in {took:.0f} s: {tail[0]}")
-    return {"workers": workers or 0, "exit": done.returncode, "wall_s": round(took, 1), "summary": tail[0],
+    started = re.search(r"created: (\d+)/\d+ workers", done.stdout)
+    return {"workers": int(started.group(1)) if started else 0, "exit": done.returncode, "wall_s": round(took, 1), "summary": tail[0],
             "output_tail": done.stdout[-4000:]}
 
 
-def measure(workers: int, log=print, extra: tuple = ()) -> dict:
+def measure(workers: str, log=print, extra: tuple = ()) -> dict:
     from harness import strict
 
     figures: dict = {"runs": {}}
@@ -154,7 +156,8 @@ def measure(workers: int, log=print, extra: tuple = ()) -> dict:
             figures["runs"][name] = default_run(reports[name], n, tmp / f"cache-{name}", log, extra)
         agreement = compare(read_junit(reports["serial"]), read_junit(reports["sharded"]))
     figures.update(
-        workers=workers, strict=strict.is_strict(None), tests=agreement.tests, agree=agreement.agree,
+        workers=figures["runs"]["sharded"]["workers"], asked=str(workers), strict=strict.is_strict(None),
+        tests=agreement.tests, agree=agreement.agree,
         counts=agreement.counts, differ=[list(d[:3]) for d in agreement.differ],
         only_serial=agreement.only_first, only_sharded=agreement.only_second,
         speedup=round(figures["runs"]["serial"]["wall_s"] / figures["runs"]["sharded"]["wall_s"], 3),
@@ -171,7 +174,7 @@ def render_results(figures: dict) -> str:
     lines = ["| run | wall time of `python -m pytest` | exit | last line |", "|---|---|---|---|"]
     for name in ("serial", "sharded"):
         run = runs[name]
-        label = "serial" if name == "serial" else f"sharded, `-n {figures['workers']}`"
+        label = "serial" if name == "serial" else f"sharded, `-n {figures['asked']}` ({figures['workers']} workers)"
         lines.append(f"| {label} | {run['wall_s']:.0f} s | {run['exit']} | {run['summary'].strip('= ')} |")
     agree = ("**the same outcome for every one of the {} test ids**".format(figures["tests"]) if figures["agree"] else
              f"**{len(figures['differ'])} test ids differ, {len(figures['only_serial'])} only serial, "
@@ -196,7 +199,8 @@ def main(argv=None) -> int:
     cmp.add_argument("second", help="junit report of the other (e.g. the sharded one)")
     run = verbs.add_parser("measure", help="the default run serial and sharded, each from a cold cache: times and "
                                            "the junit comparison")
-    run.add_argument("--workers", type=int, default=2, help="xdist workers of the sharded run")
+    run.add_argument("--workers", default="auto", help="xdist workers of the sharded run: a number, or auto (one per "
+                                                        "usable CPU, as much as memory holds: the README's test command)")
     results.add_arguments(run)
     args = parser.parse_args(argv)
     if args.verb == "compare":
