@@ -197,6 +197,11 @@ def pytest_configure(config):
     # checks) would leave every later test in another state than the tests before it: set it once here, before
     # any test computes anything.
     threads = torch.get_num_threads()
+    # what the process started with, for what must not follow this run's thread count (a test checkpoint's build)
+    from harness.checkpoint import THREADS_ENV
+
+    _ENV_BEFORE.setdefault(THREADS_ENV, os.environ.get(THREADS_ENV))
+    os.environ[THREADS_ENV] = os.environ.get(THREADS_ENV) or str(threads)
     workers = getattr(config, "workerinput", {}).get("workercount")
     if workers:  # an xdist worker: the machine's threads shared between the workers, not each worker taking all
         threads = max(1, threads // workers)

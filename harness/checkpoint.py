@@ -215,7 +215,27 @@ def build_checkpoint(size: str = "tiny", root: Path | None = None) -> Path:
     return final
 
 
+THREADS_ENV = "FASTPATH_DEFAULT_THREADS"  # the process's torch threads before a test run divided them (conftest.py)
+
+
 def _build_into(recipe: dict, size: str, key: str, root: Path, final: Path) -> None:
+    """Built with the torch threads the process started with: the codec's calibration reduces in parallel, and its
+    bits follow the thread count (one thread and two give another audio tokenizer), so a build inside a pytest-xdist
+    worker, which runs on its share of the threads, must give what the install's build gives."""
+    import torch
+
+    had = torch.get_num_threads()
+    want = int(os.environ.get(THREADS_ENV) or had)
+    if want != had:
+        torch.set_num_threads(want)
+    try:
+        _build(recipe, size, key, root, final)
+    finally:
+        if want != had:
+            torch.set_num_threads(had)
+
+
+def _build(recipe: dict, size: str, key: str, root: Path, final: Path) -> None:
     print(f"building the {size} test checkpoint into {final} (seeded weights, then the codec's calibration; once)",
           file=sys.stderr, flush=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{size}-", dir=root))

@@ -132,15 +132,26 @@ def default_run(junit: Path, workers: str | None, cache: Path, log=print, extra:
     env = dict(os.environ, FASTPATH_CACHE=str(cache))
     log(f"[shards] {'sharded over ' + str(workers) + ' workers' if workers else 'serial'}: {' '.join(command[1:])} "
         f"(cold cache {cache})")
-    start = time.perf_counter()
-    done = subprocess.run(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True)
+    start = last = time.perf_counter()
+    lines = []
+    with subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as proc:
+        for line in proc.stdout:
+            lines.append(line)
+            done_pct = re.search(r"\[\s*(\d+)%\]\s*$", line)
+            now = time.perf_counter()
+            if done_pct and now - last >= 30 and int(done_pct.group(1)) > 0:  # pytest's own progress, every 30 s
+                last, pct = now, int(done_pct.group(1))
+                log(f"[shards]   {pct}% of the tests after {now - start:.0f} s, about "
+                    f"{(now - start) * (100 - pct) / pct:.0f} s left")
+        code = proc.wait()
     took = time.perf_counter() - start
-    tail = done.stdout.strip().splitlines()[-1:] or [""]
-    log(f"[shards]   exit {done.returncode} in {took:.0f} s: {tail[0]}")
-    started = re.search(r"created: (\d+)/\d+ workers", done.stdout)
-    return {"workers": int(started.group(1)) if started else 0, "exit": done.returncode, "wall_s": round(took, 1), "summary": tail[0],
-            "output_tail": done.stdout[-4000:]}
+    output = "".join(lines)
+    tail = output.strip().splitlines()[-1:] or [""]
+    log(f"[shards]   exit {code} in {took:.0f} s: {tail[0]}")
+    started = re.search(r"created: (\d+)/\d+ workers", output)
+    return {"workers": int(started.group(1)) if started else 0, "exit": code, "wall_s": round(took, 1),
+            "summary": tail[0], "output_tail": output[-4000:]}
 
 
 def measure(workers: str, log=print, extra: tuple = ()) -> dict:

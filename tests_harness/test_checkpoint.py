@@ -19,9 +19,15 @@ def digest_folder(folder) -> dict:
 
 @pytest.mark.slow  # beyond the default run's budget: .ci/run's controls stage runs it on every change
 @pytest.mark.control
-def test_same_recipe_same_weights(tmp_path):
+def test_same_recipe_same_weights(tmp_path, torch_settings):
+    """Also when the second build runs on one thread, as in a pytest-xdist worker of a 2-core machine: the codec's
+    calibration follows the thread count, so the build uses the threads the process started with."""
+    import torch
+
     a = ckpt.build_checkpoint("tiny", root=tmp_path / "a")
+    torch.set_num_threads(1)  # put back by torch_settings
     b = ckpt.build_checkpoint("tiny", root=tmp_path / "b")
+    assert torch.get_num_threads() == 1, "the build puts the test's thread count back"
     da, db = digest_folder(a), digest_folder(b)
     assert "model.safetensors" in da and "audio_tokenizer/model.safetensors" in da
     assert da == db, [k for k in da if da[k] != db.get(k)]
