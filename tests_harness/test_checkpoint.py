@@ -17,8 +17,6 @@ def digest_folder(folder) -> dict:
     }
 
 
-@pytest.mark.slow  # beyond the default run's budget: .ci/run's controls stage runs it on every change
-@pytest.mark.control
 def test_same_recipe_same_weights(tmp_path, torch_settings):
     """Also when the second build runs on one thread, as in a pytest-xdist worker of a 2-core machine: the codec's
     calibration follows the thread count, so the build uses the threads the process started with."""
