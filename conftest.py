@@ -76,6 +76,9 @@ def pytest_addoption(parser):
     group.addoption("--quality-set", default=os.environ.get("FASTPATH_QUALITY_SET"),
                     help="an evaluation set for the quality tier's clone-set test (real weights): a Seed-TTS-eval "
                          "meta.lst or its folder, or a LibriSpeech-PC list (env FASTPATH_QUALITY_SET)")
+    group.addoption("--quality-workers", type=int, default=1,
+                    help="generate and judge --quality-set over this many worker processes (harness.quality.shards: "
+                         "the serial verdict; one GPU each where there are GPUs) (default: %(default)s)")
     group.addoption("--wer-margin", type=_margin_points, default=None,
                     help="non-inferiority margin in WER points, absolute: 1.0 = one point = 0.01 of corpus WER "
                          "(default: harness.quality.stats.DEFAULT_MARGIN_POINTS, 1.0)")

@@ -37,3 +37,18 @@ def test_the_gate_judges_a_clone_set_item_by_item(espeak_folder, prepare_here, t
     written = sorted(p.name for p in (tmp_path / f"out-{damage}-{lang}" / "quality-set" / "candidate").glob("*.wav"))
     assert written == sorted(f"{line.split('|')[0]}.wav" for line in
                              (espeak_folder / lang / "meta.lst").read_text().splitlines())
+
+
+def test_the_gate_over_two_workers_gives_the_serial_verdict(espeak_folder, prepare_here, tmp_path):
+    """`--workers 2`: the set generated in each environment by two clone_run workers and judged by two workers
+    (harness.quality.shards): the serial run's verdict, every metric's figures equal."""
+    case = next(c for c in known_clone.CASES if c[1] == "swap" and c[2] == "en")
+    serial = known_clone.run_case(espeak_folder, case, tmp_path, log=lambda msg: None)
+    sharded = known_clone.run_case(espeak_folder, case, tmp_path, log=lambda msg: None, workers=2)
+    assert sharded["meets"] and sharded["status"] == serial["status"] == "fail", sharded
+    assert sharded["metrics"] and sharded["metrics"] == serial["metrics"]
+    out = tmp_path / "out-swap-en-2-workers"
+    assert sorted(p.name for p in (out / "quality-set" / "judged").glob("judged-*.json")) == \
+        ["judged-0-of-2.json", "judged-1-of-2.json"]
+    assert sorted(p.name for p in out.glob("candidate-generate-*.log")) == \
+        ["candidate-generate-0-of-2.log", "candidate-generate-1-of-2.log"]

@@ -120,6 +120,21 @@ def test_the_lossless_stack_on_a_given_set(request, judge, voice_judge, mos_judg
     unheard = sorted({item.language for item in eval_set.items if not judge.hears(item.language)})
     if unheard:
         raise CannotHear(json.loads(judge.identity)["model"], unheard)
+    rerun = f"pytest tests_quality/test_clone_sets.py --quality-set {path} --checkpoint PATH"
+    workers = request.config.getoption("quality_workers")
+    if workers > 1:  # generated and judged over workers (harness.quality.shards): the serial verdict, sooner
+        from harness.quality import shards
+
+        gpus = [str(k) for k in range(torch.cuda.device_count())] if torch.cuda.is_available() else None
+        for side, extra in (("stock", ("--stock",)), ("lossless", ())):
+            shards.generate(path, tmp_path / side, workers, "omnivoice", checkpoint=str(checkpoint.path), gpus=gpus,
+                            logs=tmp_path, extra_args=extra)
+        names = {key: request.config.getoption(option) for key, option in (("wer", "judge"), ("sim", "sim_judge"),
+                                                                            ("mos", "mos_judge"))}
+        out = shards.judge_set(path, tmp_path / "stock", tmp_path / "lossless", workers, tmp_path / "judged",
+                               judges=names, label="lossless stack", pack_dir=tmp_path / "pack")
+        assert out.passed, out.overall.format() + f"\nrerun: {rerun} --quality-workers {workers}"
+        return
     model = load_model(checkpoint, device="cuda" if torch.cuda.is_available() else "cpu")
     items = {item.id: item for item in eval_set.items}
 
@@ -129,6 +144,5 @@ def test_the_lossless_stack_on_a_given_set(request, judge, voice_judge, mos_judg
 
     out = evaluate.compare_sets(judge, clips(False), clips(True), label="lossless stack",
                                 prompt=[item.prompt_audio() for item in eval_set.items], voice_judge=voice_judge,
-                                mos_judge=mos_judge, pack_dir=tmp_path / "pack",
-                                rerun=f"pytest tests_quality/test_clone_sets.py --quality-set {path} --checkpoint PATH")
+                                mos_judge=mos_judge, pack_dir=tmp_path / "pack", rerun=rerun)
     assert out.passed, out.overall.format()

@@ -77,7 +77,7 @@ def espeak_clips(eval_set, only=None):
 
 
 def run(set_path: str, out: str, synth: str = "omnivoice", checkpoint: str | None = None, device: str = "cpu",
-        num_step: int | None = None, log=print, shard: tuple[int, int] = (0, 1)) -> dict:
+        num_step: int | None = None, log=print, shard: tuple[int, int] = (0, 1), stock: bool = False) -> dict:
     import importlib.metadata as md
 
     from . import sets
@@ -93,7 +93,7 @@ def run(set_path: str, out: str, synth: str = "omnivoice", checkpoint: str | Non
     k, workers = shard
     mine = split(eval_set.items, workers)[k]
     only = None if workers == 1 else {i.id for i in mine}
-    clips = (omnivoice_clips(eval_set, checkpoint, device, num_step, only=only) if synth == "omnivoice"
+    clips = (omnivoice_clips(eval_set, checkpoint, device, num_step, stack=not stock, only=only) if synth == "omnivoice"
              else espeak_clips(eval_set, only))
     start, n = time.perf_counter(), len(mine)
     for done, (item_id, wav, sr) in enumerate(clips, 1):
@@ -101,7 +101,7 @@ def run(set_path: str, out: str, synth: str = "omnivoice", checkpoint: str | Non
         if done == 1 or done == n or done % 10 == 0:
             took = time.perf_counter() - start
             log(f"[clone-run] {done}/{n} items, {took:.0f} s, about {took / done * (n - done):.0f} s left")
-    manifest = {"set": str(eval_set.path), "synth": synth, "checkpoint": checkpoint, "device": device,
+    manifest = {"set": str(eval_set.path), "synth": synth, "checkpoint": checkpoint, "device": device, "stock": stock,
                 "num_step": num_step, "omnivoice": md.version("omnivoice"),  # a fork's venv reads the fork's
                 "shard": [k, workers], "items": [{"id": i.id, "seed": item_seed(i.id)} for i in mine]}
     name = "manifest.json" if workers == 1 else f"manifest-{k}-of-{workers}.json"
@@ -121,9 +121,10 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--num-step", type=int, default=None, help="generate's num_step (omnivoice's default)")
     parser.add_argument("--shard", type=parse_shard, default=(0, 1), help="K/N: only worker K of N's items")
+    parser.add_argument("--stock", action="store_true", help="synth omnivoice without the lossless stack (stock)")
     args = parser.parse_args(argv)
     run(args.set, args.out, args.synth, args.checkpoint, args.device, args.num_step,
-        log=lambda msg: print(msg, file=sys.stderr, flush=True), shard=args.shard)
+        log=lambda msg: print(msg, file=sys.stderr, flush=True), shard=args.shard, stock=args.stock)
     return 0
 
 

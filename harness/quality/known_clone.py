@@ -56,7 +56,7 @@ CASES = (  # (case, damage, list, expected state, judged at all, metrics judged)
 )
 
 
-def run_case(folder: Path, case: tuple, work: Path, log=print) -> dict:
+def run_case(folder: Path, case: tuple, work: Path, log=print, workers: int = 1) -> dict:
     from importlib import metadata
 
     from harness import candidate as cand
@@ -67,11 +67,11 @@ def run_case(folder: Path, case: tuple, work: Path, log=print) -> dict:
                             {"__init__.py": [("__all__ = [", f"STANDIN_DAMAGE = {damage!r}\n\n__all__ = [")]},
                             f"{metadata.version('omnivoice')}+{damage}")
     start = time.perf_counter()
-    report = gate.run_gate(str(fork), "current", work / f"out-{damage}-{lang}", checks=("quality-set",),
-                           quality_set=str(folder / lang), quality_synth="espeak", log=log,
-                           quality_metrics=metrics_judged)
+    out = work / (f"out-{damage}-{lang}" + (f"-{workers}-workers" if workers > 1 else ""))
+    report = gate.run_gate(str(fork), "current", out, checks=("quality-set",), quality_set=str(folder / lang),
+                           quality_synth="espeak", log=log, quality_metrics=metrics_judged, workers=workers)
     row = {c["name"]: c for c in report["checks"]}["quality-set"]
-    verdict_file = work / f"out-{damage}-{lang}" / "quality-set" / "verdict.json"
+    verdict_file = out / "quality-set" / "verdict.json"
     metrics = json.loads(verdict_file.read_text())["metrics"] if verdict_file.is_file() else []
     verdicts = {m["metric"]: m["verdict"] for m in metrics}
     meets = report["state"] == expected and (as_known(damage, verdicts) if judged_at_all else not metrics)

@@ -58,7 +58,7 @@ def subset(eval_set, items):
 
 def generate(set_path, out: Path, workers: int, synth: str, python=sys.executable, checkpoint: str | None = None,
              extra_env: dict | None = None, engine: str = "local", gpus=None, logs: Path | None = None,
-             timeout: float | None = None, log=print) -> None:
+             timeout: float | None = None, log=print, extra_args: tuple = ()) -> None:
     """Every item of the set generated into `out` by `workers` clone_run processes of `python` (an environment's
     interpreter), worker k its `split` share; ShardFailure names each worker that failed and its items."""
     from . import sets
@@ -68,7 +68,7 @@ def generate(set_path, out: Path, workers: int, synth: str, python=sys.executabl
     jobs = [Job(f"generating shard {k} of {workers}",
                 (str(python), "-m", "harness.quality.clone_run", str(Path(set_path).resolve()), str(out), "--synth",
                  synth, "--shard", f"{k}/{workers}") + (("--checkpoint", checkpoint) if checkpoint else ())
-                + (("--device", "cuda") if gpus else ()),  # each worker's one GPU is its cuda:0
+                + (("--device", "cuda") if gpus else ()) + tuple(extra_args),  # each worker's one GPU: cuda:0
                 logs / f"{out.name}-generate-{k}-of-{workers}.log", dict(extra_env or {}))
             for k in range(workers)]
     done = run_jobs(jobs, engine, gpus=gpus, timeout=timeout, log=log)
