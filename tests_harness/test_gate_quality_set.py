@@ -43,11 +43,11 @@ def test_the_gate_over_two_workers_gives_the_serial_verdict(espeak_folder, prepa
     """`--workers 2`: the set generated in each environment by two clone_run workers and judged by two workers
     (harness.quality.shards): the serial run's verdict, every metric's figures equal."""
     case = next(c for c in known_clone.CASES if c[1] == "swap" and c[2] == "en")
-    serial = known_clone.run_case(espeak_folder, case, tmp_path, log=lambda msg: None)
-    sharded = known_clone.run_case(espeak_folder, case, tmp_path, log=lambda msg: None, workers=2)
+    serial = known_clone.run_case(espeak_folder, case, tmp_path / "serial", log=lambda msg: None)
+    sharded = known_clone.run_case(espeak_folder, case, tmp_path / "sharded", log=lambda msg: None, workers=2)
     assert sharded["meets"] and sharded["status"] == serial["status"] == "fail", sharded
     assert sharded["metrics"] and sharded["metrics"] == serial["metrics"]
-    out = tmp_path / "out-swap-en-2-workers"
+    out = tmp_path / "sharded" / "out-swap-en-2-workers"
     assert sorted(p.name for p in (out / "quality-set" / "judged").glob("judged-*.json")) == \
         ["judged-0-of-2.json", "judged-1-of-2.json"]
     assert sorted(p.name for p in out.glob("candidate-generate-*.log")) == \
