@@ -621,21 +621,22 @@ def check_quality_set(env, against, quality_set: str | None, synth: str, checkpo
     from harness.quality.mos import load_mos_judge
     from harness.quality.voice import load_voice_judge
 
+    voice_judge = load_voice_judge(judges.get("sim")) if "sim" in metrics else None
+    mos_judge = load_mos_judge(judges.get("mos")) if "mos" in metrics else None
     log(f"quality-set: judging {len(eval_set.items)} items on {', '.join(m.upper() for m in metrics)}, candidate "
         f"against --against")
     if workers > 1:
         try:
             result = shards.judge_set(quality_set, folders["against"], folders["candidate"], workers,
                                       out / "quality-set" / "judged", metrics, judges, label="candidate",
-                                      pack_dir=out / "quality-set" / "pack", engine=engine, log=log)
+                                      pack_dir=out / "quality-set" / "pack", engine=engine, log=log,
+                                      loaded=(judge, voice_judge, mos_judge))
         except shards.ShardFailure as err:
             raise GateStepError(str(err)) from None
     else:
-        result = evaluate.compare_set_folders(
-            judge, eval_set, folders["against"], folders["candidate"], label="candidate",
-            pack_dir=out / "quality-set" / "pack",
-            voice_judge=load_voice_judge(judges.get("sim")) if "sim" in metrics else None,
-            mos_judge=load_mos_judge(judges.get("mos")) if "mos" in metrics else None)
+        result = evaluate.compare_set_folders(judge, eval_set, folders["against"], folders["candidate"],
+                                              label="candidate", pack_dir=out / "quality-set" / "pack",
+                                              voice_judge=voice_judge, mos_judge=mos_judge)
     overall = result.overall or result.verdict
     per = {getattr(v, "metric", "WER"): v.passed for v in getattr(overall, "verdicts", (overall,))}
     failed = [m for m, ok in per.items() if not ok]

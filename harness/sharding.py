@@ -16,8 +16,8 @@ disagree or either run fails.
 
 How the suite is made safe under xdist (docs/sharding.md): the checkpoint is built under a file lock, once per
 machine; every cache file is written whole (temp file, then os.replace); results, temp folders and ports are each
-worker's own (pytest's tmp_path per worker, ports bound to 0); a test that uses a module-scoped fixture (a loaded
-model) is grouped with its module (`xdist_group`), so a model is built once, on one worker.
+worker's own (pytest's tmp_path per worker, ports bound to 0); `-n` distributes with `--dist loadscope`, so a
+module's tests (and its module-scoped model) stay on one worker; each worker runs on its share of the threads.
 """
 
 from __future__ import annotations
@@ -57,12 +57,11 @@ def read_junit(path: str | os.PathLike) -> dict[str, Outcome]:
     except (OSError, ET.ParseError) as err:
         raise JunitError(f"{path}: not a readable junit report ({err}); write one with "
                          f"`pytest --junitxml {path}`") from err
-    cases = root.iter("testcase")
     if root.tag not in ("testsuites", "testsuite"):
         raise JunitError(f"{path}: its root is <{root.tag}>, not a junit <testsuites>; write one with "
                          f"`pytest --junitxml {path}`")
     out: dict[str, Outcome] = {}
-    for case in cases:
+    for case in root.iter("testcase"):
         test_id = f"{case.get('classname', '')}::{case.get('name', '')}"
         outcome, message = "passed", ""
         for tag in ("error", "failure", "skipped"):  # the worst first: a teardown error beats the pass before it
@@ -174,7 +173,8 @@ def measure(workers: str, log=print, extra: tuple = ()) -> dict:
         speedup=round(figures["runs"]["serial"]["wall_s"] / figures["runs"]["sharded"]["wall_s"], 3),
     )
     for run in figures["runs"].values():
-        run.pop("output_tail") if run["exit"] == 0 else None
+        if run["exit"] == 0:  # a failed run keeps its output's tail in the results file
+            del run["output_tail"]
     log(agreement.format())
     return figures
 

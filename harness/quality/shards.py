@@ -127,14 +127,15 @@ def load_judges(metrics, judges: dict) -> tuple:
 
 def judge_set(set_path, ref_dir, cand_dir, workers: int, out: Path, metrics=("wer", "sim", "mos"),
               judges: dict | None = None, label: str = "", pack_dir=None, engine: str = "local",
-              timeout: float | None = None, log=print):
+              timeout: float | None = None, log=print, loaded: tuple | None = None):
     """The set's two output folders judged by `workers` workers, merged, and one verdict: what
     evaluate.compare_set_folders gives on the same folders (module docstring). Bad audio is refused here first, by
-    the same check, before any worker starts."""
+    the same check, before any worker starts. `loaded`: the (WER, voice, MOS) judges `judges` names, when the caller
+    has them loaded already (the verdict needs their identities; the workers load their own)."""
     from . import audio, evaluate, sets
 
     eval_set = sets.read_set(set_path)
-    judge, voice_judge, mos_judge = load_judges(metrics, judges or {})
+    judge, voice_judge, mos_judge = loaded or load_judges(metrics, judges or {})
     ref = evaluate.set_clips(eval_set, ref_dir, "reference")
     cand = evaluate.set_clips(eval_set, cand_dir, "candidate")
     prompts = [item.prompt_audio() for item in eval_set.items]

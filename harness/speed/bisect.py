@@ -1,4 +1,4 @@
-"""From a flagged night to its commit: the first commit of a range whose count of a point rose past its floor.
+"""From a flagged night to its commit: the first commit of a range whose count of a point moved past its floor.
 
     fastpath-suite history bisect GOOD BAD --point auto-short-2 [--signal structure|instructions]
 
@@ -14,7 +14,7 @@ this checkout's harness (`python -m harness.speed.<signal>` over a folder that l
 commit's `fastpath/`). It reaches commits from before the counting command existed, and a range across which the
 counting code itself changed; a commit whose patches this harness cannot drive is skipped and named.
 
-The floor: exact counts (structure: operator calls) move only when the work does, so any rise is a step; instruction
+The floor: exact counts (structure: operator calls) move only when the work does, so any change is a step; instruction
 counts wobble by a few hundredths of a percent with the heap, so the floor is the point's stored margin
 (baselines/instructions.json) or 0.1%. A range whose BAD is not past the floor has no step, and says so (exit 0,
 nothing to find); otherwise the answer is the first bad commit, with the counts on both sides and every step taken
@@ -36,7 +36,7 @@ from pathlib import Path
 from harness import REPO_ROOT
 
 SIGNALS = ("structure", "instructions")
-STRUCTURE_FLOOR = 0.0  # exact: any rise of the operator calls is a step
+STRUCTURE_FLOOR = 0.0  # exact: any change of the operator calls is a step
 INSTRUCTIONS_FLOOR = 0.001  # when the point has no stored margin: the margins' own floor (docs/history.md)
 COUNT_TIMEOUT = 3600
 
@@ -154,11 +154,11 @@ def bisect(repo: Path, good: str, bad: str, point: str, signal: str = "structure
     subjects = dict(line.split(" ", 1) for line in git(["log", "--no-walk=unsorted", "--format=%H %s", *commits],
                                                          Path(repo)).splitlines() if " " in line)
     probes: dict[str, Probe] = {}
-    direction = {"up": True, "down": True}  # until BAD is counted, a move either way is one; then BAD's way only
+    sign = 0  # BAD's direction once it is counted (+1 more work, -1 less); before that a move either way counts
 
     def past(count: int, reference: int) -> bool:
-        return ((direction["up"] and count > reference * (1 + floor))
-                or (direction["down"] and count < reference * (1 - floor)))
+        up, down = count > reference * (1 + floor), count < reference * (1 - floor)
+        return up if sign > 0 else down if sign < 0 else up or down
 
     with tempfile.TemporaryDirectory(prefix="fastpath-bisect-") as tmp:
         def probe(commit: str, reference: int | None) -> Probe:
@@ -183,7 +183,7 @@ def bisect(repo: Path, good: str, bad: str, point: str, signal: str = "structure
         last = probe(commits[-1], first.count)
         if last.count is None:
             raise BisectError(f"BAD {bad} ({commits[-1][:12]}) cannot be counted: {last.why}")
-        direction.update(up=last.count > first.count, down=last.count < first.count)
+        sign = (last.count > first.count) - (last.count < first.count)
         result = Bisection(point, signal, floor, first, last)
         if last.verdict == "good":
             result.probes = list(probes.values())
