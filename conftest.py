@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import strict
-from harness.checkpoint import ENV_CHECKPOINT, CheckpointError, find_hf_cache, load_model, resolve_checkpoint
+from harness.run import strict
+from harness.model.checkpoint import ENV_CHECKPOINT, CheckpointError, find_hf_cache, load_model, resolve_checkpoint
 
 pytest_plugins = ("pytester",)  # tests of pytest plugins and hooks run pytest in this process
 
@@ -143,7 +143,7 @@ def pytest_xdist_auto_num_workers(config):
     at WORKER_MEMORY each: a 64-core runner with 32 GB gets 8, not 64 workers that swap."""
     import psutil
 
-    from harness.machine import usable_cpus
+    from harness.run.machine import usable_cpus
 
     return max(1, min(usable_cpus(), psutil.virtual_memory().available // WORKER_MEMORY))
 
@@ -201,7 +201,7 @@ def pytest_configure(config):
     # any test computes anything.
     threads = torch.get_num_threads()
     # what the process started with, for what must not follow this run's thread count (a test checkpoint's build)
-    from harness.checkpoint import THREADS_ENV
+    from harness.model.checkpoint import THREADS_ENV
 
     _ENV_BEFORE.setdefault(THREADS_ENV, os.environ.get(THREADS_ENV))
     os.environ[THREADS_ENV] = os.environ.get(THREADS_ENV) or str(threads)
@@ -227,8 +227,8 @@ def pytest_report_header(config):
 
 def pytest_runtest_setup(item):
     """Under xdist (or with CUDA_VISIBLE_DEVICES set), each test's report says which worker and GPUs ran it: junit
-    properties `worker` and `cuda_visible_devices` (harness.machine.placement)."""
-    from harness.machine import placement
+    properties `worker` and `cuda_visible_devices` (harness.run.machine.placement)."""
+    from harness.run.machine import placement
 
     where = placement()
     if any(v is not None for v in where.values()):
@@ -294,8 +294,8 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """A control listed in docs/controls.md that skips where it runs fails (strict mode; harness.controls)."""
-    from harness import controls
+    """A control listed in docs/controls.md that skips where it runs fails (strict mode; harness.audit.controls)."""
+    from harness.audit import controls
 
     outcome = yield
     report = outcome.get_result()
@@ -361,7 +361,7 @@ _CONDITIONS = pytest.StashKey[dict]()
 
 
 def pytest_sessionstart(session):
-    from harness import shared_state
+    from harness.audit import shared_state
     from harness.speed import conditions
 
     session.config.stash[_CONDITIONS] = conditions.start()
@@ -369,7 +369,7 @@ def pytest_sessionstart(session):
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):
-    from harness.machine import extend_machine_info
+    from harness.run.machine import extend_machine_info
     from harness.speed import conditions
 
     extend_machine_info(machine_info, "cuda" if _cuda_available() else "cpu")
@@ -415,7 +415,7 @@ def models():
     """CUDA models per (checkpoint, device, dtype), shared by a module of `cuda` tests and freed after it."""
     import torch
 
-    from harness.devices import ModelCache
+    from harness.model.devices import ModelCache
 
     cache = ModelCache()
     yield cache
@@ -428,12 +428,12 @@ _RECORD = pytest.StashKey()
 
 
 def shared_state_record(config):
-    """The session's record of what a patch must never change (harness.shared_state): taken once, when collection
+    """The session's record of what a patch must never change (harness.audit.shared_state): taken once, when collection
     ends and before any test runs, from the built tiny test checkpoint (the same classes as any OmniVoice
     checkpoint; importing omnivoice here when no test module did), with torch's settings as they were when the
     session started."""
-    from harness import shared_state
-    from harness.checkpoint import build_checkpoint
+    from harness.audit import shared_state
+    from harness.model.checkpoint import build_checkpoint
 
     record = config.stash.get(_RECORD, None)
     if record is None:
@@ -449,7 +449,7 @@ def shared_state_record(config):
 def torch_settings():
     """For a test that changes torch's process-wide settings on purpose: they are put back after it, before the
     shared-state guard looks. Gives the settings as they were."""
-    from harness import shared_state
+    from harness.audit import shared_state
 
     before = shared_state.read_settings()
     yield before
@@ -458,7 +458,7 @@ def torch_settings():
 
 @pytest.fixture
 def pristine(request):
-    """The session's record of shared state (harness.shared_state.Record), taken before any test applied a patch:
+    """The session's record of shared state (harness.audit.shared_state.Record), taken before any test applied a patch:
     what the shared state must be, whatever earlier tests did."""
     return shared_state_record(request.config)
 
@@ -470,7 +470,7 @@ def shared_state_guard(request):
     back, so the next test starts from the record. The RNG, which tests seed at will, is put back silently."""
     import torch
 
-    from harness import shared_state
+    from harness.audit import shared_state
 
     record = shared_state_record(request.config)
     rng = torch.random.get_rng_state()

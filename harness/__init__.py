@@ -1,9 +1,18 @@
 """The suite's harness: what the tiers share, beside them in the repository and never in the wheel.
 
-Stages, in the order a run uses them: `checkpoint` (build / find / load the model), `parity` (record and compare
-generations), `speed` (measure, baselines, compare), `quality` (generate, judge, score, gate), `goldens` and
-`gate` (upstream version bumps), `report` (`fastpath-suite report`). `machine` describes the machine once for
-all of them. Everything reads the repository through `REPO_ROOT`.
+One folder per job, each importing only the folders below it (pyproject.toml's import-linter contract, checked by
+tests_harness/test_layout.py):
+
+    __main__, report, gpu_check, release   the command line and the jobs that span rooms
+    audit/                                 the suite measuring itself (false alarms, gate rates, mutants, ...)
+    gate/  serving/  counts/               the version-bump gate; fastpath in a server; exact work counts
+    nightly/                               the nightly speed history
+    speed/  quality/                       per-change speed; judged speech and its statistics
+    parity/                                recording and comparing generations
+    model/                                 the test checkpoint, its codec, the operating points
+    run/                                   machine, results files, progress, strict inputs, workers
+
+Everything reads the repository through `REPO_ROOT`.
 """
 
 import re

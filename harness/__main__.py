@@ -1,7 +1,9 @@
 """The suite's one command line: `fastpath-suite <verb> ...` (the same as `python -m harness <verb> ...`).
 
-Each verb is a small module with its own `--help` (defaults shown); `fastpath-suite --help` lists them. The old
-module entry points (`python -m harness.speed.bench`, ...) still work and are the same code.
+`fastpath-suite --help` lists the user's jobs first, then the suite measuring itself (`audit ...`) and upkeep
+(`maintain ...`). Each verb is a small module (or a script under scripts/) with its own `--help`, which ends with
+an example line; tests_harness/test_cli.py runs every example. The verbs before the groups (`history`,
+`instructions`, `false-alarms`, ...) still work for one release and say their new spelling.
 """
 
 from __future__ import annotations
@@ -9,61 +11,173 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from fastpath.__main__ import FFMPEG_WARNING, quiet_ffmpeg_warning
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# verb -> (what runs it: "module:function" taking argv, or a script under scripts/, one line for --help)
-VERBS = {
-    "report": ("harness.report:main", "the suite's report on a checkpoint: patches, parity, work, timing (command 1)"),
-    "gate": ("harness.gate:main", "may an omnivoice version ship? parity, behaviour, quality on a candidate"),
-    "bench": ("harness.speed.bench:main", "interleaved timing of variants (stock, lossless, peer, gpu...) at points"),
-    "grid": ("harness.speed.bench:grid_main", "bench over every speed point: stock, the public package, lossless"),
-    "compare": ("harness.speed.compare:main", "compare two speed runs or baselines point by point"),
-    "history": ("harness.speed.history:main", "nightly speed history: append a night, find changes, the page"),
-    "instructions": ("harness.speed.instructions:main", "instructions each counting point executes, under callgrind"),
-    "structure": ("harness.speed.structure:main", "exact operator calls, bytes and work of each counting point"),
-    "stream": ("harness.speed.streaming:main", "streaming: time to first audio and underruns against generate"),
-    "memory": ("harness.speed.service:main", "memory over long service: many generate calls of mixed lengths"),
-    "prefix": ("harness.speed.prefix:main", "the approximate prefix-KV cache: speed and how far tokens drift"),
-    "stability": ("harness.speed.under_load:main", "how often the 'unstable timing' rule fires, quiet and under load"),
-    "simulate": ("harness.quality.simulate:main", "the quality gate's pass rates on simulated data of known truth"),
-    "known-answer": ("harness.quality.known_answer:main", "the quality gate's pass rates on real espeak-ng speech"),
-    "checkpoint": ("harness.checkpoint:main", "build the test checkpoint, say where it is and what its codec carries"),
-    "goldens": ("harness.goldens:main", "record or check golden outputs of the test checkpoint"),
-    "behaviour": ("harness.behaviour:main", "record upstream's behaviour (settings it reads, calls it makes)"),
-    "fingerprints": ("harness.__main__:fingerprints", "upstream fingerprints, installed against known"),
-    "false-alarms": ("scripts/false_alarms.sh", "the default test run N times on fresh clones: failures per test"),
-    "gpu-check": ("scripts/gpu_check.sh", "the GPU tier in one call on a CUDA machine"),
-    "full-size-parity": ("scripts/full_size_parity.py", "bit-exactness of the lossless stack at full-size points"),
-    "peer-rates": ("scripts/peer_gate_rates.py", "simulated pass rates of the peer speed gate from a grid run"),
-    "nightly-history": ("scripts/nightly_history.sh", "fetch or store the nightly histories (branch nightly-history)"),
-    "record-nights": ("scripts/record_nights.sh", "repeated runs of nightly points: the noise `history rates` uses"),
-    "speed-gate-check": ("scripts/validate_speed_gate.sh", "record a CPU baseline, 5 clean reruns, one slowed run"),
-    "serve-check": ("harness.serving:main", "omnivoice-server with fastpath against stock: same bytes and tokens"),
-    "shards": ("harness.sharding:main", "the suite sharded over xdist workers: serial and sharded runs, test for test"),
-    "mutants": ("harness.mutants:main", "mutation testing of fastpath/: a seeded sample, or the lines a change touched"),
-    "name-check": ("harness.release:main", "is the distribution's name free on the package index? (pip's own client)"),
-    "results": ("harness.results:main", "render docs/results.md from the results files (--check: verify)"),
+
+@dataclass(frozen=True)
+class Verb:
+    target: str  # "module:function" taking argv, or a script under scripts/
+    summary: str  # one line for the listing
+    example: str  # a command line that works on a fresh clone, shown at the end of the verb's --help
+    prefix: tuple = ()  # arguments put before the user's (a subcommand of the target)
+
+
+INTEL = "baselines/cpu-intel-xeon-avx512-amx-avxvnni-bf16-fp16-vnni-2c-2t__torch-2.14.1-cu130__omnivoice-0.2.1.json"
+
+# The user's jobs, in the order a newcomer meets them.
+JOBS = {
+    "report": Verb("harness.report:main", "the suite's report on a checkpoint: patches, parity, work, timing",
+                   "fastpath-suite report --timing-size tiny --rounds 1 --out out/report"),
+    "gate": Verb("harness.gate.gate:main", "may an omnivoice version ship? parity, behaviour, quality on a candidate",
+                 "fastpath-suite gate omnivoice==0.2.1 --checks fingerprints,goldens --out out/gate"),
+    "bench": Verb("harness.speed.bench:main", "interleaved timing of variants (stock, lossless, peer, gpu...) at points",
+                  "fastpath-suite bench --size tiny --points auto-short-10 --variants stock lossless --rounds 2"),
+    "grid": Verb("harness.speed.bench:grid_main", "bench over every speed point: stock, the public package, lossless",
+                 "fastpath-suite grid --size tiny --points auto-short-10 --rounds 1"),
+    "compare": Verb("harness.speed.compare:main", "compare two speed runs or baselines point by point",
+                    f"fastpath-suite compare {INTEL} {INTEL}"),
+    "stream": Verb("harness.speed.streaming:main", "streaming: time to first audio and underruns against generate",
+                   "fastpath-suite stream --size tiny --rounds 1 --out out/stream.json"),
+    "memory": Verb("harness.speed.service:main", "memory over long service: many generate calls of mixed lengths",
+                   "fastpath-suite memory --calls 20 --out out/memory.json"),
+    "prefix": Verb("harness.speed.prefix:main", "the approximate prefix-KV cache: speed and how far tokens drift",
+                   "fastpath-suite prefix --rounds 1 --seeds 0 --refresh 2"),
+    "serve-check": Verb("harness.serving.serving:main",
+                        "omnivoice-server with fastpath against stock: same bytes and tokens",
+                        "fastpath-suite serve-check --out out/serving"),
+    "gpu-check": Verb("scripts/gpu_check.sh", "the GPU tier in one call on a CUDA machine", "fastpath-suite gpu-check"),
 }
+
+# Jobs with subverbs, and the two groups of verbs that are not the user's jobs: name -> (heading, summary, verbs).
+HISTORY = "harness.nightly.history:main"
+GROUPS = {
+    "counts": ("exact work counts", "exact work: a count that does not move when nothing changed", {
+        "structure": Verb("harness.counts.structure:main", "operator calls, bytes and work of each counting point",
+                          "fastpath-suite counts structure --points auto-short-2 --out out/structure.json"),
+        "instructions": Verb("harness.counts.instructions:main",
+                             "instructions each counting point executes, under callgrind",
+                             "fastpath-suite counts instructions --points auto-short-2 --variants lossless "
+                             "--out out/instructions.json"),
+    }),
+    "nightly": ("the nightly speed history", "the nightly speed history: append a night, the change rule, its page", {
+        "append": Verb(HISTORY, "append one night's run file(s) to a history (created when missing)",
+                       "fastpath-suite nightly append out/counts.json "
+                       "fixtures/counts/cpu-amd-epyc-avx512-bf16-vnni-2c-2t-tiny-1.json", ("append",)),
+        "check": Verb(HISTORY, "the change rule over the histories, and the page (exit 1 on a change)",
+                      "fastpath-suite nightly check fixtures/nights/cpu-amd-epyc-avx2-2c-2t-instructions.json "
+                      "--out out/history", ("check",)),
+        "accept": Verb(HISTORY, "accept a change the rule found: its new level becomes the reference",
+                       "cp fixtures/nights/synthetic-slowdown.json nights.json && fastpath-suite nightly accept "
+                       "nights.json auto-short-10/lossless@fp32 --night de2229889bf9 --reason 'a planned change'",
+                       ("accept",)),
+        "rates": Verb(HISTORY, "the rule's operating characteristics on recorded nights",
+                      "fastpath-suite nightly rates --histories 200", ("rates",)),
+        "bisect": Verb(HISTORY, "from a flagged night to its commit: count a point over a commit range",
+                       "fastpath-suite nightly bisect HEAD~1 HEAD --point auto-short-2 --signal structure",
+                       ("bisect",)),
+        "record": Verb("scripts/record_nights.sh", "repeated runs of nightly points: the noise `nightly rates` uses",
+                       "fastpath-suite nightly record 1 out/nights.json --signal instructions --points auto-short-2"),
+        "fetch": Verb("scripts/nightly_history.sh", "the histories from their branch (nightly-history) into history/",
+                      "NEW_HISTORY=1 HISTORY_REMOTE=nowhere fastpath-suite nightly fetch example", ("fetch",)),
+        "store": Verb("scripts/nightly_history.sh", "commit the histories onto their branch and push it",
+                      "mkdir -p history && cp fixtures/nights/synthetic-slowdown.json history/example.json && "
+                      "git init -q --bare history.git && HISTORY_REMOTE=$PWD/history.git fastpath-suite nightly store "
+                      "example", ("store",)),
+    }),
+    "audit": ("the suite measuring itself",
+              "the suite measuring itself: how often each gate passes what is equivalent and what is worse", {
+        "false-alarms": Verb("scripts/false_alarms.sh", "the default test run N times on fresh clones: failures per test",
+                             "fastpath-suite audit false-alarms 1 --reuse-venv"),
+        "stability": Verb("harness.audit.under_load:main",
+                          "how often the 'unstable timing' rule fires, quiet and under load",
+                          "fastpath-suite audit stability --rounds 3 --conditions quiet"),
+        "simulate": Verb("harness.audit.simulate:main", "the quality gate's pass rates on simulated data of known truth",
+                         "fastpath-suite audit simulate --datasets 50"),
+        "known-answer": Verb("harness.audit.known_answer:main", "the quality gate's pass rates on real espeak-ng speech",
+                             "fastpath-suite audit known-answer --metric wer --reps 2 --cases equivalent cut"),
+        "peer-rates": Verb("scripts/peer_gate_rates.py", "simulated pass rates of the peer speed gate from a grid run",
+                           "fastpath-suite audit peer-rates results/grid/cpu-amd-epyc-avx2-2c-2t.json --sims 200"),
+        "speed-gate-check": Verb("scripts/validate_speed_gate.sh",
+                                 "record a CPU baseline, 5 clean reruns, one slowed run (about 15 minutes)",
+                                 "fastpath-suite audit speed-gate-check"),
+        "mutants": Verb("harness.audit.mutants:main",
+                        "mutation testing of fastpath/: a seeded sample, or the lines a change touched",
+                        "fastpath-suite audit mutants --sample 2 --budget 600"),
+        "shards": Verb("harness.audit.sharding:main",
+                       "the suite sharded over xdist workers: serial and sharded runs, test for test",
+                       "fastpath-suite audit shards measure --workers 2"),
+    }),
+    "maintain": ("upkeep", "upkeep: the test checkpoint, recorded upstream behaviour, goldens, results pages", {
+        "checkpoint": Verb("harness.model.checkpoint:main",
+                           "build the test checkpoint, say where it is and what its codec carries",
+                           "fastpath-suite maintain checkpoint --size tiny"),
+        "goldens": Verb("harness.gate.goldens:main", "record or check golden outputs of the test checkpoint",
+                        "fastpath-suite maintain goldens"),
+        "behaviour": Verb("harness.gate.behaviour:main", "record upstream's behaviour (settings it reads, calls it makes)",
+                          "fastpath-suite maintain behaviour out/behaviour.json"),
+        "fingerprints": Verb("harness.__main__:fingerprints", "upstream fingerprints, installed against known",
+                             "fastpath-suite maintain fingerprints"),
+        "full-size-parity": Verb("scripts/full_size_parity.py", "bit-exactness of the lossless stack at full-size points",
+                                 "fastpath-suite maintain full-size-parity clone3-short-2 --steps 1"),
+        "results": Verb("harness.run.results:main", "render docs/results.md from the results files (--check: verify)",
+                        "fastpath-suite maintain results --check"),
+        "name-check": Verb("harness.release:main",
+                           "is the distribution's name free on the package index? (pip's own client)",
+                           "fastpath-suite maintain name-check"),
+    }),
+}
+JOB_GROUPS = ("counts", "nightly")  # listed with the jobs
+
+# The spellings before the groups -> their new spelling (kept for one release).
+OLD = {"history": "nightly", "instructions": "counts instructions", "structure": "counts structure",
+       "record-nights": "nightly record", "nightly-history": "nightly"}
+OLD.update({verb: f"{group} {verb}" for group in ("audit", "maintain") for verb in GROUPS[group][2]})
 
 
 def fingerprints(argv) -> int:
     from fastpath.__main__ import fingerprints_main
 
-    return fingerprints_main(argv, prog="fastpath-suite fingerprints")
+    return fingerprints_main(argv, prog="fastpath-suite maintain fingerprints")
+
+
+def every_verb() -> dict:
+    """{"report": Verb, "counts structure": Verb, ...}: every verb by its full spelling."""
+    verbs = dict(JOBS)
+    verbs.update({f"{group} {sub}": verb for group, (_, _, subs) in GROUPS.items() for sub, verb in subs.items()})
+    return verbs
 
 
 def usage() -> str:
-    width = max(map(len, VERBS))
+    import textwrap
+
+    width = max(map(len, [*JOBS, *GROUPS, *(sub for _, _, subs in GROUPS.values() for sub in subs)])) + 2
     lines = ["usage: fastpath-suite <verb> [options]   (the same: python -m harness <verb>)", "",
              "The OmniVoice fastpath suite: reports, speed and quality measurements, the version-bump gate.", "",
-             "verbs:"]
-    lines += [f"  {verb:{width}s}  {summary}" for verb, (_, summary) in VERBS.items()]
-    lines += ["", "fastpath-suite <verb> --help shows a verb's options and their defaults.",
-              "Tests: pytest (docs/ in the repository say which tier runs where)."]
+             "Your jobs:"]
+    lines += [f"  {verb:{width}s}{v.summary}" for verb, v in JOBS.items()]
+    lines += [f"  {group:{width}s}{GROUPS[group][0]}: {' | '.join(GROUPS[group][2])}" for group in JOB_GROUPS]
+    for group, (heading, _, subs) in GROUPS.items():
+        if group not in JOB_GROUPS:
+            lines += ["", f"{heading[0].upper()}{heading[1:]} (fastpath-suite {group} <verb>):"]
+            lines += [f"  {sub:{width}s}{v.summary}" for sub, v in subs.items()]
+    lines += ["", "fastpath-suite <verb> --help shows a verb's options, their defaults and an example."]
+    lines += textwrap.wrap(f"The spellings before the groups ({', '.join(sorted(OLD))}) still work for one release "
+                           "and name their new spelling.", 110)
+    lines += ["Tests: pytest -n auto (README.md; docs/ says which tier runs where)."]
+    return "\n".join(lines)
+
+
+def group_usage(group: str) -> str:
+    _, summary, subs = GROUPS[group]
+    width = max(map(len, subs)) + 2
+    lines = [f"usage: fastpath-suite {group} <verb> [options]", "", f"{summary[0].upper()}{summary[1:]}.", "", "verbs:"]
+    lines += [f"  {sub:{width}s}{v.summary}" for sub, v in subs.items()]
+    lines += ["", f"fastpath-suite {group} <verb> --help shows a verb's options, their defaults and an example."]
     return "\n".join(lines)
 
 
@@ -79,12 +193,35 @@ def script_help(path: Path) -> str:
     return "\n".join(lines)
 
 
-def run_script(verb: str, path: Path, argv: list) -> int:
-    if any(a in ("-h", "--help") for a in argv) and path.suffix == ".sh":
-        print(f"usage: fastpath-suite {verb} ...\n\n{script_help(path)}")
-        return 0
-    command = [sys.executable, str(path)] if path.suffix == ".py" else ["bash", str(path)]
-    return subprocess.call(command + argv)
+def run_verb(spelling: str, verb: Verb, argv: list) -> int:
+    """Run one verb; with --help, its help and then its example."""
+    asked_help = any(a in ("-h", "--help") for a in argv)
+    argv = [*verb.prefix, *argv]
+    if verb.target.startswith("scripts/"):
+        path = ROOT / verb.target
+        if asked_help and path.suffix == ".sh":
+            print(f"usage: fastpath-suite {spelling} ...\n\n{script_help(path)}")
+            code = 0
+        else:
+            command = [sys.executable, str(path)] if path.suffix == ".py" else ["bash", str(path)]
+            sys.stdout.flush()
+            code = subprocess.call(command + argv)
+    else:
+        import importlib
+
+        from harness.run import results
+
+        results.COMMAND = [*spelling.split(), *argv[len(verb.prefix):]]  # as typed, in the new spelling
+        module, function = verb.target.split(":")
+        try:
+            code = getattr(importlib.import_module(module), function)(argv)
+        except SystemExit as exit_:  # argparse's --help and usage errors
+            if not asked_help:
+                raise
+            code = exit_.code or 0
+    if asked_help:
+        print(f"\nexample:\n  {verb.example}")
+    return code
 
 
 def main(argv=None) -> int:
@@ -95,20 +232,25 @@ def main(argv=None) -> int:
     quiet_ffmpeg_warning()  # here, and in the Python processes a verb starts (PYTHONWARNINGS is inherited)
     os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"),
                                                           f"ignore:{FFMPEG_WARNING}:RuntimeWarning"]))
+    if argv[0] in OLD:
+        new = OLD[argv[0]].split()
+        print(f"fastpath-suite: `{argv[0]}` is now `{' '.join(new)}` (the old spelling works for one release)",
+              file=sys.stderr)
+        argv = new + argv[1:]
     verb, rest = argv[0], argv[1:]
-    if verb not in VERBS:
-        print(f"fastpath-suite: unknown verb {verb!r}\n\n{usage()}", file=sys.stderr)
-        return 2
-    target = VERBS[verb][0]
-    if target.startswith("scripts/"):
-        return run_script(verb, ROOT / target, rest)
-    import importlib
-
-    from harness import results
-
-    results.COMMAND = argv
-    module, function = target.split(":")
-    return getattr(importlib.import_module(module), function)(rest)
+    if verb in JOBS:
+        return run_verb(verb, JOBS[verb], rest)
+    if verb in GROUPS:
+        subs = GROUPS[verb][2]
+        if not rest or rest[0] in ("-h", "--help", "help"):
+            print(group_usage(verb))
+            return 0 if rest else 2
+        if rest[0] not in subs:
+            print(f"fastpath-suite {verb}: unknown verb {rest[0]!r}\n\n{group_usage(verb)}", file=sys.stderr)
+            return 2
+        return run_verb(f"{verb} {rest[0]}", subs[rest[0]], rest[1:])
+    print(f"fastpath-suite: unknown verb {verb!r}\n\n{usage()}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

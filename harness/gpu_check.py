@@ -1,5 +1,5 @@
 """The GPU tier's results file ("gpu-check"): what `fastpath-suite gpu-check` (scripts/gpu_check.sh) leaves in its
-folder, gathered into one file of harness.results.
+folder, gathered into one file of harness.run.results.
 
 Read from each folder (OUT of the script; several folders, e.g. two calls with STAGES "3 4 4b" and "5", are merged,
 a later folder's stage replacing an earlier one's):
@@ -27,8 +27,8 @@ import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
-from harness import results
-from harness.false_alarms import junit_counts
+from harness.run import results
+from harness.audit.false_alarms import junit_counts
 
 KIND = "gpu-check"
 TIERS = ("parity", "speed")
@@ -104,8 +104,8 @@ def gather(folders) -> tuple:
 
 
 def machine_line(info: dict) -> str:
-    """One line for a machine info dict of another machine (harness.machine.summary describes this one)."""
-    from harness.machine import isa_tag
+    """One line for a machine info dict of another machine (harness.run.machine.summary describes this one)."""
+    from harness.run.machine import isa_tag
 
     cpu = (f"{info.get('cpu_model')} ({isa_tag(info['isa'])})" if info.get("isa") else str(info.get("cpu_model")))
     return (f"{info['gpu_name']}, " if info.get("gpu_name") else "") + (
@@ -115,7 +115,7 @@ def machine_line(info: dict) -> str:
 
 def record(out_dir, results_dir: Path = results.RESULTS_DIR, command: str | None = None) -> Path:
     """Write one gpu-check results file into results_dir from the script's folder(s) out_dir (a path or a list)."""
-    from harness.machine import hardware_key
+    from harness.run.machine import hardware_key
 
     folders = [out_dir] if isinstance(out_dir, (str, Path)) else list(out_dir)
     figures, machine = gather(folders)

@@ -1,7 +1,7 @@
 """The distribution's name on the package index: free for this project, and not one a user takes for another.
 
-    fastpath-suite name-check                      # the name in pyproject.toml
-    fastpath-suite name-check --results results/   # and the look-up as a results file (docs/release.md)
+    fastpath-suite maintain name-check                      # the name in pyproject.toml
+    fastpath-suite maintain name-check --results results/   # and the look-up as a results file (docs/release.md)
 
 The name is asked of the index with pip's own client, `pip index versions NAME`, against the index pip is
 configured for (its configuration is recorded beside the answer), and so are the names it must stay clear of
@@ -23,7 +23,7 @@ import subprocess
 import sys
 
 from harness import DISTRIBUTION
-from harness import results as result_files
+from harness.run import results as result_files
 
 NEAR = ("fastpath", "omnivoice-fastpath")  # taken, and what users of this field already know
 CLEAR_OF = ("fastpath",)  # a word a name here must not hold: the peer's distinctive part, and the import name's
@@ -109,16 +109,15 @@ class Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFo
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="fastpath-suite name-check", description=__doc__.splitlines()[0],
-                                     formatter_class=Help,
-                                     epilog="example:\n  fastpath-suite name-check --results results/")
+    parser = argparse.ArgumentParser(prog="fastpath-suite maintain name-check", description=__doc__.splitlines()[0],
+                                     formatter_class=Help)
     parser.add_argument("name", nargs="?", default=DISTRIBUTION, help="the name to check: pyproject.toml's by default")
     result_files.add_arguments(parser)
     args = parser.parse_args(argv)
     try:
         figures = check(args.name)
     except IndexUnreachable as err:
-        print(f"fastpath-suite name-check: {err}", file=sys.stderr)
+        print(f"fastpath-suite maintain name-check: {err}", file=sys.stderr)
         return 2
     print(format_check(figures))
     result_files.write_if_asked(args, "name", figures)

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import fastpath
 from fastpath import fingerprints
-from harness import machine
-from harness.checkpoint import load_model, resolve_checkpoint
-from harness.parity import POINTS, compare_runs, record_generation, resolve_point
-from harness.points import point
+from harness.run import machine
+from harness.model.checkpoint import load_model, resolve_checkpoint
+from harness.parity.parity import POINTS, compare_runs, record_generation, resolve_point
+from harness.model.points import point
 from harness.speed import bench
 from harness.speed.measure import count_work
 
@@ -48,7 +48,7 @@ def check_patches() -> list:
 
 
 def parity_rows(model, tmp_dir: Path, progress=None) -> list:
-    from harness.progress import QUIET
+    from harness.run.progress import QUIET
 
     rows = []
     sets = [(n,) for n in fastpath.LOSSLESS] + [tuple(fastpath.LOSSLESS)]
@@ -178,7 +178,7 @@ def plan(checkpoint: str | None, rounds: int, timing_size: str) -> str:
 
 def estimate() -> str:
     """About how long, from the newest report results file of this machine kind (else of any machine)."""
-    from harness import results
+    from harness.run import results
 
     key = machine.hardware_key(machine.machine_info("cpu"))
     files = sorted((results.RESULTS_DIR / "report").glob("*.json"))
@@ -197,7 +197,7 @@ def estimate() -> str:
 
 def run_report(checkpoint: str | None, size: str, out_dir: Path, rounds: int, command: str,
                timing_size: str = "full", progress=None) -> dict:
-    from harness.progress import QUIET
+    from harness.run.progress import QUIET
 
     progress = progress or QUIET
     started = time.perf_counter()
@@ -263,10 +263,10 @@ def render_results(figures: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from harness import results
-    from harness.checkpoint import CheckpointError
-    from harness.cli import int_at_least
-    from harness.progress import Progress
+    from harness.run import results
+    from harness.model.checkpoint import CheckpointError
+    from harness.run.cli import int_at_least
+    from harness.run.progress import Progress
 
     parser = argparse.ArgumentParser(prog="fastpath-suite report", description=__doc__.split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)

@@ -2,7 +2,7 @@
 # False-alarm figure of the default suite: runs the README's test command N times, each on a fresh clone of this
 # checkout's HEAD with cold caches, and tabulates failures per test (markdown on stdout and in out/false_alarms/).
 #
-#   fastpath-suite false-alarms N [--busy K] [--avx2 K] [--ref REV] [--reuse-venv] [--results DIR]
+#   fastpath-suite audit false-alarms N [--busy K] [--avx2 K] [--ref REV] [--reuse-venv] [--results DIR]
 #
 #   --busy K      the last K runs with one core kept busy by another process (a shell busy loop)
 #   --avx2 K      the first K runs with the AVX2 settings (docs/machines.md): ATEN_CPU_CAPABILITY=avx2
@@ -12,14 +12,14 @@
 #   --reuse-venv  link this checkout's .venv into each clone instead of making a new one; scripts/install.sh still
 #                 runs there (pip finds everything installed, then installs the clone's package). Caches (.cache/,
 #                 the built checkpoints) stay cold either way.
-#   --results DIR also write a "false-alarms" results file into DIR (e.g. results/; `fastpath-suite results`
+#   --results DIR also write a "false-alarms" results file into DIR (e.g. results/; `fastpath-suite maintain results`
 #                 renders it) from the files each run leaves in out/false_alarms/: run<i>.xml (pytest's junit
 #                 report) and run<i>.json (settings, wall and install seconds, exit status, commit)
 set -euo pipefail
 caller=$(pwd)
 cd "$(dirname "$0")/.."
 repo=$(pwd)
-usage="usage: fastpath-suite false-alarms N [--busy K] [--avx2 K] [--ref REV] [--reuse-venv] [--results DIR]"
+usage="usage: fastpath-suite audit false-alarms N [--busy K] [--avx2 K] [--ref REV] [--reuse-venv] [--results DIR]"
 n=${1:?$usage}
 shift
 busy=0; avx2=0; reuse=0; ref=HEAD; results=""; results_arg=""
@@ -42,7 +42,7 @@ mkdir -p "$out"
 commit=$(git rev-parse --short "$ref")
 full_commit=$(git rev-parse "$ref")
 invocation="$(date -u +%Y%m%dT%H%M%SZ)-$$"  # ties each run<i>.json to this call of the script
-command_line="fastpath-suite false-alarms $n --busy $busy --avx2 $avx2 --ref $commit"
+command_line="fastpath-suite audit false-alarms $n --busy $busy --avx2 $avx2 --ref $commit"
 if [ "${FASTPATH_FA_MKL_AVX2:-0}" = 1 ]; then command_line="FASTPATH_FA_MKL_AVX2=1 $command_line"; fi
 if [ $reuse = 1 ]; then command_line="$command_line --reuse-venv"; fi
 if [ -n "$results_arg" ]; then command_line="$command_line --results $(printf %q "$results_arg")"; fi
@@ -126,6 +126,6 @@ EOF
 echo
 cat "$table"
 if [ -n "$results" ]; then
-  PYTHONPATH=$repo "$repo/.venv/bin/python" -m harness.false_alarms --out "$out" --results "$results" --runs "$n" \
+  PYTHONPATH=$repo "$repo/.venv/bin/python" -m harness.audit.false_alarms --out "$out" --results "$results" --runs "$n" \
     --command "$command_line"
 fi

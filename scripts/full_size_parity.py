@@ -1,9 +1,9 @@
 """Bit-exactness of the lossless stack against stock at grid points of the full-size test checkpoint, with the row
 counts `fastpath.loop.row_count` chose (the parity tier itself runs on the tiny checkpoint).
 
-    fastpath-suite full-size-parity [--steps 2] POINT ...   e.g. clone3-short-32 clone3-mixed8-16
+    fastpath-suite maintain full-size-parity [--steps 2] POINT ...   e.g. clone3-short-32 clone3-mixed8-16
 
-Every per-step logit, score, predicted token, final token and waveform is compared (harness.parity); exit 1 if any
+Every per-step logit, score, predicted token, final token and waveform is compared (harness.parity.parity); exit 1 if any
 point differs.
 """
 
@@ -20,14 +20,14 @@ import torch
 
 import fastpath
 from fastpath import loop
-from harness.checkpoint import load_model, resolve_checkpoint
-from harness.parity import compare_runs, record_generation
+from harness.model.checkpoint import load_model, resolve_checkpoint
+from harness.parity.parity import compare_runs, record_generation
 from harness.speed.bench import point_kwargs
 from harness.speed.measure import sequence_lengths
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="fastpath-suite full-size-parity", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="fastpath-suite maintain full-size-parity", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("points", nargs="+", help="speed points of fixtures/points.json, e.g. clone3-short-32")
     parser.add_argument("--steps", type=int, default=2, help="unmasking steps per point (every step has the same shapes)")

@@ -86,7 +86,7 @@ PYEOF
 
 stage "2/4 checkpoints"
 timeout "${CHECKPOINT_LIMIT:-180}" $PY -c "
-from harness.checkpoint import build_checkpoint
+from harness.model.checkpoint import build_checkpoint
 print(build_checkpoint('tiny')); print(build_checkpoint('full'))" 2>&1 | tail -n 5
 echo "checkpoint build exit ${PIPESTATUS[0]} (124: timed out; the tests then build what is missing)"
 

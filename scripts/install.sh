@@ -84,7 +84,7 @@ chmod +x .venv/bin/fastpath-suite
   > .venv/judges-import.log 2>&1 &
 judges=$!
 .venv/bin/python -W "ignore:Couldn't find ffmpeg:RuntimeWarning" -c "import importlib.metadata as m, torch, torchaudio, omnivoice, fastpath, harness
-from harness.checkpoint import build_checkpoint
+from harness.model.checkpoint import build_checkpoint
 print('test checkpoint:', build_checkpoint('tiny'))
 print('installed: torch', torch.__version__, '| omnivoice', m.version('omnivoice'), '| command line: .venv/bin/fastpath-suite')"
 if ! wait "$judges"; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Renders the missing fixtures/reference/*.wav with espeak-ng + sox (apt-get install espeak-ng sox); --all renders
 # every clip again. Re-rendered clips differ in their bytes (sox dithers the clips made before -D was added here):
-# re-record the goldens after (fastpath-suite goldens --record --replace, per omnivoice version).
+# re-record the goldens after (fastpath-suite maintain goldens --record --replace, per omnivoice version).
 set -euo pipefail
 cd "$(dirname "$0")/../fixtures/reference"
 all=0; [ "${1:-}" = "--all" ] && all=1

@@ -1,7 +1,7 @@
 """Operating characteristics of the --slow peer gate (tests_speed/test_rtf.py::
 test_lossless_stack_beats_stock_and_the_public_package), simulated from a grid run's rounds.
 
-    fastpath-suite peer-rates results/grid/<machine key>.json [--sims 20000]
+    fastpath-suite audit peer-rates results/grid/<machine key>.json [--sims 20000]
 
 GRID: a results file of `fastpath-suite grid --results results/`, or a folder of `fastpath-suite bench --out` JSON
 files (one per point).
@@ -27,11 +27,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.machine import hardware_key, machine_info  # noqa: E402
+from harness.run.machine import hardware_key, machine_info  # noqa: E402
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="fastpath-suite peer-rates", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="fastpath-suite audit peer-rates", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("grid", type=Path, help="a grid results file, or a folder of bench --out JSON files")
     parser.add_argument("--sims", type=int, default=20000, help="simulated gate runs per cell")

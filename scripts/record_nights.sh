@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Records repeated runs of nightly points on this machine into a history file, the noise that
-# `fastpath-suite history rates` draws its clean nights from (docs/history.md, "What the rule catches, measured").
+# `fastpath-suite nightly rates` draws its clean nights from (docs/nightly.md, "What the rule catches, measured").
 #
-# usage: fastpath-suite record-nights [RUNS] [HISTORY] [--signal wall|instructions] [--points P ...] [--jobs N]
+# usage: fastpath-suite nightly record [RUNS] [HISTORY] [--signal wall|instructions] [--points P ...] [--jobs N]
 #   RUNS     how many runs ("nights"), default 22
 #   HISTORY  default fixtures/nights/<this machine's hardware key>[-instructions].json (appended to: an interrupted
 #            recording continues)
@@ -12,7 +12,7 @@
 #            cron job, a CI agent), labelled busy-core. A busy loop at full priority is not noise but a broken
 #            measurement: on a 2-core machine it slows every point 3-4x. About 3 minutes a run on a 2-core machine:
 #            keep the machine otherwise idle.
-#   --signal instructions: each run is `fastpath-suite instructions` (every counting point, stock and lossless, in
+#   --signal instructions: each run is `fastpath-suite counts instructions` (every counting point, stock and lossless, in
 #            one process under callgrind: about 7 to 9 minutes); every 4th run beside a busy loop at the same priority
 #            (labelled busy-core): a count must not move with it. --points: only these counting points (e.g. the
 #            four tiny ones: one process of about 7 minutes a run); --jobs N: N runs side by side (a count does not
@@ -36,7 +36,7 @@ fi
 case "$signal" in wall|instructions) ;; *) echo "--signal is wall or instructions, not $signal" >&2; exit 2 ;; esac
 runs=${args[0]:-22}
 py=.venv/bin/python
-key=$($py -c 'from harness.machine import hardware_key, machine_info; print(hardware_key(machine_info("cpu")))')
+key=$($py -c 'from harness.run.machine import hardware_key, machine_info; print(hardware_key(machine_info("cpu")))')
 suffix=""; [ "$signal" = instructions ] && suffix=-instructions
 history=${args[1]:-fixtures/nights/$key$suffix.json}
 tmp=$(mktemp -d)
@@ -61,7 +61,7 @@ $(( (runs - i + jobs - 1) / jobs * minutes )) minutes left)" >&2
   if [ "$signal" = instructions ]; then
     pids=()
     for j in $(seq 1 "$batch"); do
-      $py -m harness instructions "${pflag[@]}" --out "$tmp/instructions-$j.json" > "$tmp/instructions-$j.log" 2>&1 &
+      $py -m harness counts instructions "${pflag[@]}" --out "$tmp/instructions-$j.json" > "$tmp/instructions-$j.log" 2>&1 &
       pids+=($!); files+=("$tmp/instructions-$j.json")
     done
     for j in "${!pids[@]}"; do
@@ -76,9 +76,9 @@ $(( (runs - i + jobs - 1) / jobs * minutes )) minutes left)" >&2
   fi
   if [ -n "$busy" ]; then kill "$busy"; busy=""; fi
   if [ "$signal" = instructions ]; then
-    for f in "${files[@]}"; do $py -m harness history append "$history" "$f" "${label[@]}"; done  # a night each
+    for f in "${files[@]}"; do $py -m harness nightly append "$history" "$f" "${label[@]}"; done  # a night each
   else
-    $py -m harness history append "$history" "${files[@]}" "${label[@]}"
+    $py -m harness nightly append "$history" "${files[@]}" "${label[@]}"
   fi
   rm -f "${files[@]}"
   i=$(( i + batch ))

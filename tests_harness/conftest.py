@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import candidate as cand
+from harness.gate import candidate as cand
 
 
 @pytest.fixture(scope="module")

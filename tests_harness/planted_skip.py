@@ -5,7 +5,7 @@ nowhere."""
 
 import pytest
 
-from harness import strict
+from harness.run import strict
 
 PLANTED = {
     "test_cli_exits_0_on_a_clean_rerun": "planted: its input is missing",

@@ -1,6 +1,6 @@
 """The behaviour check compares every field it records: two records of a real setting that differ in one field
 alone, whichever, are reported as changed, naming that field; identical records are not. The fields are taken
-from a real record (harness.behaviour.record_setting on the test checkpoint), so a field added to the record is
+from a real record (harness.gate.behaviour.record_setting on the test checkpoint), so a field added to the record is
 covered without a change here. Without this the check's completeness was exercised only by the gate's slow
 end-to-end runs."""
 
@@ -11,7 +11,7 @@ import copy
 import pytest
 import torch
 
-from harness import behaviour
+from harness.gate import behaviour
 
 SETTING = "voice_clone_prompt"  # the grid setting used: a voice prompt, so every part of the record is filled
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness import checkpoint as ckpt
+from harness.model import checkpoint as ckpt
 
 
 def digest_folder(folder) -> dict:

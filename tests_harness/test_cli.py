@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.__main__ import ROOT, VERBS, main
+from harness.__main__ import GROUPS, JOBS, OLD, ROOT, every_verb, main
+
+VERBS = every_verb()  # {"report": Verb, "counts structure": Verb, ...}
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
@@ -74,15 +76,30 @@ def pytest_commands() -> list:
             if words[0] == "pytest" or words[:3] == [".venv/bin/python", "-m", "pytest"]]
 
 
-def test_the_command_line_lists_every_verb_with_one_line_each(capsys):
+def test_the_command_line_lists_the_jobs_first_then_each_group_under_its_heading(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    for verb, (_, summary) in VERBS.items():
-        assert re.search(rf"^  {re.escape(verb)} +{re.escape(summary)}$", out, re.M), (verb, out)
+    jobs, _, rest = out.partition("Your jobs:\n")[2].partition("\n\n")
+    for verb, v in JOBS.items():
+        assert re.search(rf"^  {re.escape(verb)} +{re.escape(v.summary)}$", jobs, re.M), (verb, out)
+    for group, (heading, _, subs) in GROUPS.items():
+        if group in ("counts", "nightly"):  # jobs with subverbs: one line each among the jobs
+            assert re.search(rf"^  {group} +{re.escape(heading)}: {re.escape(' | '.join(subs))}$", jobs, re.M), out
+            continue
+        block = rest.partition(f"(fastpath-suite {group} <verb>):\n")[2].partition("\n\n")[0]
+        assert block, f"no heading for the group {group}:\n{out}"
+        for sub, v in subs.items():
+            assert re.search(rf"^  {re.escape(sub)} +{re.escape(v.summary)}$", block, re.M), (group, sub, out)
+    assert out.index("Your jobs:") < out.index("(fastpath-suite audit <verb>)") < out.index("(fastpath-suite maintain")
     assert main(["no-such-verb"]) == 2 and "unknown verb 'no-such-verb'" in capsys.readouterr().err
+    assert main(["nightly", "no-such-verb"]) == 2 and "unknown verb 'no-such-verb'" in capsys.readouterr().err
+    for group in GROUPS:  # a group alone lists its verbs
+        assert main([group]) == 2
+        listing = capsys.readouterr().out
+        assert all(f"  {sub} " in listing for sub in GROUPS[group][2]), listing
 
 
-@pytest.mark.parametrize("command", [pytest.param(["fastpath-suite", "fingerprints"], id="fastpath-suite",
+@pytest.mark.parametrize("command", [pytest.param(["fastpath-suite", "maintain", "fingerprints"], id="fastpath-suite",
                                                   marks=[pytest.mark.slow, pytest.mark.control]),
                                      pytest.param(["fastpath", "fingerprints"], id="fastpath",  # .ci/run's controls stage
                                                   marks=[pytest.mark.slow, pytest.mark.control])])
@@ -100,33 +117,44 @@ def test_the_console_script_is_installed_and_runs_from_anywhere(tmp_path):
     script = Path(sys.executable).parent / "fastpath-suite"
     assert script.exists(), f"{script} is missing: run `bash scripts/install.sh`, which writes it"
     proc = subprocess.run([str(script), "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=900)  # a hang guard, not a bound
-    assert proc.returncode == 0 and "verbs:" in proc.stdout, proc.stderr
+    assert proc.returncode == 0 and "Your jobs:" in proc.stdout, proc.stderr
 
 
 @pytest.mark.parametrize("verb", list(VERBS))
-def test_every_verb_has_help_showing_its_defaults(verb, capsys):
-    target = VERBS[verb][0]
+def test_every_verb_has_help_showing_its_defaults_and_its_example(verb, capfd):
+    target = VERBS[verb].target
+    example = f"\nexample:\n  {VERBS[verb].example}\n"
+    assert re.match(rf"(\S+=\S+ |\S.* && )*fastpath-suite {verb}( |$)", VERBS[verb].example), VERBS[verb].example
     if target.startswith("scripts/"):
         assert (ROOT / target).exists(), target
         if target.endswith(".sh"):
-            assert main([verb, "--help"]) == 0
-            assert f"usage: fastpath-suite {verb}" in capsys.readouterr().out
+            assert main([*verb.split(), "--help"]) == 0
+            out = capfd.readouterr().out
+            assert f"usage: fastpath-suite {verb}" in out and out.endswith(example), out
             return
-    with pytest.raises(SystemExit) as exit_:
-        dry_run([verb, "--help"])
-    assert exit_.value.code == 0
-    out = capsys.readouterr().out
+    assert main([*verb.split(), "--help"]) == 0
+    out = capfd.readouterr().out
+    assert out.endswith(example), f"{verb}: --help does not end with its example\n{out}"
+    assert f"usage: fastpath-suite {verb}" in out, out
     assert "usage:" in out, out
-    if "--" in out.split("options:")[-1].replace("--help", ""):  # a verb with options shows their defaults
+    if "--" in out.partition("\nexample:")[0].split("options:")[-1].replace("--help", ""):  # a verb with options shows their defaults
         assert "(default:" in out, f"{verb}: --help does not show defaults (ArgumentDefaultsHelpFormatter)\n{out}"
+
+
+def spelling(words: list) -> str:
+    """The verb `fastpath-suite WORDS...` names, in its grouped spelling ("nightly append"); an old spelling fails."""
+    assert words and words[0] not in OLD, f"`{' '.join(words[:2])}` is an old spelling: write `{OLD.get(words[0])}`"
+    verb = " ".join(words[:2]) if " ".join(words[:2]) in VERBS else words[0]
+    assert verb in VERBS, f"unknown verb {verb!r}; known: {', '.join(VERBS)}"
+    return verb
 
 
 def dry_run(words: list):
     """Parse `fastpath-suite VERB ARGS` with the verb's own parser and stop there: DryRun(namespace), or
     argparse's SystemExit (2 on a wrong option or value, 0 for --help)."""
-    verb, args = words[0], words[1:]
-    assert verb in VERBS, f"unknown verb {verb!r}; known: {', '.join(VERBS)}"
-    target = VERBS[verb][0]
+    verb = spelling(words)
+    args = words[len(verb.split()):]
+    target = VERBS[verb].target
     original = argparse.ArgumentParser.parse_args
 
     def parse_only(self, args=None, namespace=None):
@@ -135,7 +163,8 @@ def dry_run(words: list):
     argparse.ArgumentParser.parse_args = parse_only
     try:
         if target.endswith(".py"):  # a script whose main() reads sys.argv
-            spec = importlib.util.spec_from_file_location(f"script_{verb.replace('-', '_')}", ROOT / target)
+            name = "script_" + re.sub(r"\W", "_", verb)
+            spec = importlib.util.spec_from_file_location(name, ROOT / target)
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
             saved, sys.argv = sys.argv, [target, *args]
@@ -152,13 +181,16 @@ def dry_run(words: list):
 def test_every_documented_command_parses(words, capsys):
     words = words[1:]
     if words in (["--help"], ["-h"]):
-        assert main(words) == 0 and "verbs:" in capsys.readouterr().out
+        assert main(words) == 0 and "Your jobs:" in capsys.readouterr().out
         return
-    target = VERBS.get(words[0], ("",))[0] if words else ""
+    target = VERBS[spelling(words)].target
     if target.endswith(".sh"):  # a bash script: each option it is given must be one its header documents
         header = (ROOT / target).read_text()
         unknown = [w for w in words[1:] if w.startswith("--") and w.split("=")[0] not in header]
         assert not unknown, f"{target} has no option {unknown}"
+        return
+    if "--help" in words or "-h" in words:  # the verb's help and its example
+        assert dry_run(words) == 0
         return
     with pytest.raises((DryRun, SystemExit)) as outcome:
         dry_run(words)
@@ -222,3 +254,114 @@ def test_the_readme_is_a_guide_not_a_log():
     pages = {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")}
     assert pages <= linked, f"docs pages the README does not link: {sorted(pages - linked)}"
     assert all((ROOT / p).exists() for p in linked), f"README links missing pages: {sorted(p for p in linked if not (ROOT / p).exists())}"
+
+
+@pytest.mark.parametrize("old", sorted(OLD))
+def test_every_old_spelling_still_runs_its_verb_and_names_the_new_spelling(old, capsys, monkeypatch):
+    """`fastpath-suite history append ...` runs what `fastpath-suite nightly append ...` runs: the same parser gives
+    the same options for the new verb's example (a script verb: the same script with the same arguments), and the
+    note on stderr names the new spelling."""
+    new = OLD[old].split()
+    verb = " ".join(new) if " ".join(new) in VERBS else " ".join(new + [next(iter(GROUPS[new[0]][2]))])
+    example = shlex.split(VERBS[verb].example.rpartition("&& ")[2])
+    while re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", example[0]):
+        example = example[1:]
+    args = example[1 + len(verb.split()):]
+    as_old = [old, *verb.split()[len(new):], *args]
+    target = VERBS[verb].target
+    if target.startswith("scripts/"):
+        calls = []
+        monkeypatch.setattr(subprocess, "call", lambda command: calls.append(command) or 0)
+        assert main(as_old) == 0 and main([*verb.split(), *args]) == 0
+        assert len(calls) == 2 and calls[0] == calls[1] and str(ROOT / target) in calls[0], calls
+    else:
+        with pytest.raises(DryRun) as before:
+            dry_run_any(as_old)
+        with pytest.raises(DryRun) as after:
+            dry_run(["fastpath-suite", *verb.split(), *args][1:])
+        assert vars(before.value.namespace) == vars(after.value.namespace)
+    err = capsys.readouterr().err
+    assert f"`{old}` is now `{OLD[old]}`" in err, err
+
+
+def dry_run_any(words: list):
+    """dry_run without the spelling check (an old spelling goes through main's forwarding)."""
+    original = argparse.ArgumentParser.parse_args
+
+    def parse_only(self, args=None, namespace=None):
+        raise DryRun(original(self, args, namespace))
+
+    argparse.ArgumentParser.parse_args = parse_only
+    try:
+        return main(words)
+    finally:
+        argparse.ArgumentParser.parse_args = original
+
+
+# What each example costs on a 2-core machine; an example costlier than the default run can carry is slow (run
+# with --slow, before a change to its verb is called done), one that needs a GPU is cuda. Every verb has a row.
+EXAMPLE_MARKS = {
+    "report": [pytest.mark.slow],  # about 3 minutes: the parity stage and tiny timing
+    "gate": [pytest.mark.slow],  # a candidate venv (cached after the first) and the goldens
+    "grid": [pytest.mark.slow],
+    "stream": [pytest.mark.slow],
+    "memory": [pytest.mark.slow],
+    "prefix": [pytest.mark.slow],
+    "serve-check": [pytest.mark.slow],  # omnivoice-server in its own venv
+    "gpu-check": [pytest.mark.cuda],
+    "counts instructions": [pytest.mark.slow],  # callgrind: about 2 minutes
+    "nightly rates": [pytest.mark.slow],
+    "nightly bisect": [pytest.mark.slow],  # a worktree and a count per commit
+    "nightly record": [pytest.mark.slow],  # one run under callgrind, about 7 minutes
+    "audit false-alarms": [pytest.mark.slow],  # the default run on a fresh clone
+    "audit stability": [pytest.mark.slow],
+    "audit known-answer": [pytest.mark.slow],
+    "audit speed-gate-check": [pytest.mark.slow],  # about 15 minutes
+    "audit mutants": [pytest.mark.slow],
+    "audit shards": [pytest.mark.slow],  # the default run twice
+    "maintain goldens": [pytest.mark.slow],
+    "maintain behaviour": [pytest.mark.slow],
+    "maintain full-size-parity": [pytest.mark.slow],  # builds the full-size checkpoint
+}
+
+
+def test_every_example_has_a_row_saying_its_cost():
+    cheap = [v for v in VERBS if v not in EXAMPLE_MARKS]
+    assert set(EXAMPLE_MARKS) <= set(VERBS), sorted(set(EXAMPLE_MARKS) - set(VERBS))
+    assert cheap, "no example runs in the default run"
+
+
+@pytest.fixture
+def example_folder(tmp_path):
+    """Where an example runs: a git checkout's shape (the nightly's scripts work in one) that sees the
+    repository's fixtures, baselines and results, with `fastpath-suite` on PATH running this checkout."""
+    for name in ("fixtures", "baselines", "results"):
+        (tmp_path / name).symlink_to(ROOT / name, target_is_directory=True)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    bin_dir = tmp_path / ".bin"
+    bin_dir.mkdir()
+    (bin_dir / "fastpath-suite").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m harness "$@"\n')
+    (bin_dir / "fastpath-suite").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return tmp_path, env
+
+
+@pytest.mark.parametrize("verb", [pytest.param(v, marks=EXAMPLE_MARKS.get(v, [])) for v in VERBS])
+def test_every_example_runs(verb, example_folder):
+    folder, env = example_folder
+    if verb == "audit peer-rates":  # its input is recorded per machine
+        import json
+
+        from harness.run import strict
+        from harness.run.machine import hardware_key, machine_info
+
+        key = hardware_key(machine_info("cpu"))
+        if not json.loads((ROOT / "baselines" / "ratio_floors.json").read_text())["floors"].get(key, {}).get("full"):
+            strict.not_judged(f"no ratio floors recorded for {key} (baselines/ratio_floors.json), which peer-rates "
+                              "simulates against", "record them on this machine: docs/speed.md, 'Same-run ratios and ratio floors'")
+    example = VERBS[verb].example
+    proc = subprocess.run(["bash", "-c", example], cwd=folder, env=env, capture_output=True, text=True,
+                          timeout=3600)  # a hang guard, not a bound
+    assert proc.returncode == 0, f"`{example}` exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert proc.stdout.strip() or proc.stderr.strip(), f"`{example}` said nothing"

@@ -1,5 +1,5 @@
 """The test checkpoint's codec carries information: other audio encodes to other codes, other codes decode to other
-audio, every codebook matters, near its frame (harness.codec). Without its calibration a seeded codec quantizes
+audio, every codebook matters, near its frame (harness.model.codec). Without its calibration a seeded codec quantizes
 every frame to entry 0 and decodes every code to the same waveform, and every audio comparison downstream compares
 only lengths and volumes. Runs on any checkpoint: a real one must pass as well.
 """
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness import codec
-from harness import checkpoint as ckpt
+from harness.model import codec
+from harness.model import checkpoint as ckpt
 
 # Bounds, each far from what the calibrated tiny codec measures (fastpath-suite codec; docs/results.md) and from
 # what an uncalibrated one gives (1 entry; agreement 1.0; decodes 0.0 apart).

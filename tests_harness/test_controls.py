@@ -5,7 +5,7 @@ The table's `runs` column names a run; each run is a selection that this test ev
 default run, on every change: its pytest line read from .ci/run), `nightly:slow` and `nightly:speed` (the nightly
 workflow's jobs, their folders and -m expressions read from .github/workflows/nightly.yml), `gpu` (the gpu
 workflow's -m expression). A listed test that is gone, or that the run no longer reaches, fails here. That a listed
-control which the run reaches does not skip there is checked as it runs (conftest.py, harness.controls): its skip
+control which the run reaches does not skip there is checked as it runs (conftest.py, harness.audit.controls): its skip
 fails the run, unless the row says its figures are recorded per machine and the skip says "not judged".
 """
 
@@ -20,7 +20,9 @@ import pytest
 import yaml
 from _pytest.mark.expression import Expression
 
-from harness import REPO_ROOT, controls
+from harness import REPO_ROOT
+
+from harness.audit import controls
 
 DOC = controls.DOC
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"

@@ -1,4 +1,4 @@
-"""The upstream version-bump gate (harness.gate): its verdict rules on synthetic inputs, a candidate
+"""The upstream version-bump gate (harness.gate.gate): its verdict rules on synthetic inputs, a candidate
 with a one-line change to the unmasking schedule refused by name and caught by the goldens, and (slow) the
 whole command end to end on that candidate.
 """
@@ -20,9 +20,11 @@ import fastpath
 from fastpath import fingerprints
 from fastpath.instance import overridden
 from fastpath.registry import relied_on
-from harness import REPO_ROOT, gate, goldens
-from harness import candidate as cand
-from harness.machine import numerics_key
+from harness import REPO_ROOT
+from harness.gate import gate
+from harness.gate import goldens
+from harness.gate import candidate as cand
+from harness.run.machine import numerics_key
 
 FLOOR_FIXTURE = REPO_ROOT / "fixtures" / "upstream" / "floor_schedule.py"
 
@@ -243,10 +245,10 @@ def gate_with(monkeypatch, tmp_path, failing: dict, checkpoint: str | None = Non
     """run_gate with every check passing except `failing` ({check: exception to raise}) and those named in `real`
     (run as they are); `checkpoint`: the real checkpoint given (none found elsewhere: no FASTPATH_CHECKPOINT, no
     Hugging Face cache)."""
-    import harness.checkpoint
+    import harness.model.checkpoint
 
-    monkeypatch.delenv(harness.checkpoint.ENV_CHECKPOINT, raising=False)
-    monkeypatch.setattr(harness.checkpoint, "find_hf_cache", lambda: None)
+    monkeypatch.delenv(harness.model.checkpoint.ENV_CHECKPOINT, raising=False)
+    monkeypatch.setattr(harness.model.checkpoint, "find_hf_cache", lambda: None)
     monkeypatch.setattr(cand, "prepare", lambda spec, fresh=False: FakeEnv())
     passing = {"fingerprints": "check_fingerprints", "behaviour": "check_behaviour", "goldens": "check_goldens",
                "parity": "check_parity", "work": "check_work", "rtf": "check_rtf", "quality": "check_quality"}
@@ -358,7 +360,7 @@ def test_behaviour_rule_blocks_unless_each_setting_is_accepted_by_name():
 def test_behaviour_compare_names_the_setting_the_call_and_the_element():
     import torch
 
-    from harness import behaviour
+    from harness.gate import behaviour
 
     def rec(scores):
         call = {"c_logits": torch.zeros(1, 2, 3, 4), "u_logits": torch.ones(1, 2, 3, 4),
@@ -487,7 +489,7 @@ def gate_parity_with_the_override_exported(folder):
     override (the suite never shows it to a test: conftest.py). About 20 s; started when collection ends."""
     code = ("import json, pathlib\n"
             "from fastpath import fingerprints\n"
-            "from harness import candidate as cand, gate\n"
+            "from harness.gate import candidate as cand, gate\n"
             f"check = gate.check_parity(cand.current_env(), pathlib.Path({str(folder)!r}), {REFUSAL_TESTS!r}, "
             "fingerprints.omnivoice_version())\n"
             "print(json.dumps(vars(check)))\n")
@@ -584,7 +586,7 @@ def test_schedule_change_moves_the_goldens(model, checkpoint, floor_source):
         pytest.skip("goldens are recorded on the tiny test checkpoint")
     known = goldens.load_goldens()
     version = fingerprints.omnivoice_version()
-    assert version in known, f"no goldens for omnivoice {version}: fastpath-suite goldens --record"
+    assert version in known, f"no goldens for omnivoice {version}: fastpath-suite maintain goldens --record"
     import omnivoice.models.omnivoice as upstream
 
     fixture = floor_schedule()
@@ -612,7 +614,7 @@ def test_gate_command_refuses_the_schedule_change(floor_source, tmp_path):
     point (every patch alone and stacked). The whole tier took over 9 minutes on 2 shared cores; one point is
     enough to show that the refusal was right: fastpath's loop keeps the ceil schedule."""
     out = tmp_path / "gate"
-    cmd = [sys.executable, "-m", "harness.gate", str(floor_source), "--out", str(out),
+    cmd = [sys.executable, "-m", "harness.gate.gate", str(floor_source), "--out", str(out),
            "--checks", "fingerprints,goldens,parity", "--parity-k", "one_word"]
     done = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]

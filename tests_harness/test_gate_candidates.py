@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import gate
-from harness import candidate as cand
+from harness.gate import gate
+from harness.gate import candidate as cand
 
 # five venvs and pip installs, about a minute: beyond the default run's budget; .ci/run's controls stage runs them
 # on every change

@@ -2,7 +2,7 @@
 set (harness.quality.espeak_set), generated in each version's environment by the espeak stand-in synthesizer and
 judged item by item. Candidates are stand-in forks of the installed omnivoice that set `STANDIN_DAMAGE` (the damage
 the stand-in applies in their environment; harness.quality.clone_run), gated against the installed release by
-harness.quality.known_clone (the cases of `fastpath-suite known-answer --metric clone-set`): an identical one
+harness.audit.known_clone (the cases of `fastpath-suite audit known-answer --metric clone-set`): an identical one
 passes, one with 10 dB noise is refused on MOS, one whose outputs swap two prompts' voices is refused on SIM alone,
 and a German list that tiny.en cannot hear is not judged, then judged on SIM and MOS alone: its swap refused on SIM."""
 
@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from harness.quality import espeak_set, known_clone
+from harness.quality import espeak_set
 
 # five venvs and the judges on 12 clips a side: beyond the default run's budget; .ci/run's controls stage
+
+from harness.audit import known_clone
 pytestmark = [pytest.mark.slow, pytest.mark.control]
 
 

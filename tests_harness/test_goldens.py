@@ -5,7 +5,7 @@ machine (scoring calls, final tokens and waveform lengths exactly; per-step logi
 within a tolerance measured across instruction sets) and, per machine (numerics key), exact sha256 of the logits
 and waveform bytes. A failure means stock behaviour on the installed omnivoice is none of the known ones: the
 message says what was compared and lists, per known version and point, which parts differ. Record the installed
-version's goldens with `fastpath-suite goldens --record` once the change is understood.
+version's goldens with `fastpath-suite maintain goldens --record` once the change is understood.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import re
 import pytest
 
 from fastpath import fingerprints
-from harness import goldens, strict
-from harness.machine import numerics_key
+from harness.gate import goldens
+from harness.run import strict
+from harness.run.machine import numerics_key
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def observed(model, checkpoint):
 @pytest.fixture(scope="module")
 def known():
     found = goldens.load_goldens()
-    assert found, f"no goldens in {goldens.GOLDENS_DIR}: run `fastpath-suite goldens --record`"
+    assert found, f"no goldens in {goldens.GOLDENS_DIR}: run `fastpath-suite maintain goldens --record`"
     return found
 
 
@@ -54,12 +55,12 @@ def test_stock_bits_match_the_goldens_recorded_for_this_machine(observed, known,
     version, key = fingerprints.omnivoice_version(), numerics_key()
     if version not in known:
         strict.missing(request.config, f"no goldens for the installed omnivoice {version}",
-                       "record them with `fastpath-suite goldens --record`")
+                       "record them with `fastpath-suite maintain goldens --record`")
     recorded = goldens.exact_keys(known[version])
     if key not in recorded:
         strict.not_judged(f"no exact hashes recorded for this machine ({key}; recorded: {', '.join(recorded)}): bits "
                           f"of CPU fp32 logits differ between processors and instruction sets",
-                          "record this machine's with `fastpath-suite goldens --record`")
+                          "record this machine's with `fastpath-suite maintain goldens --record`")
     moved = {p: [d for d in goldens.compare_point(observed[p], known[version]["points"][p], key) if "sha256" in d]
              for p in observed}
     assert not any(moved.values()), {p: d for p, d in moved.items() if d}
@@ -75,7 +76,7 @@ def test_goldens_of_every_version_were_made_with_the_same_weights(known, checkpo
 
 
 def test_goldens_cover_every_parity_point(known):
-    from harness.parity import POINTS
+    from harness.parity.parity import POINTS
 
     for version, data in known.items():
         assert set(data["points"]) == set(POINTS), f"{version}: {sorted(set(POINTS) ^ set(data['points']))}"

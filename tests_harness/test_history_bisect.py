@@ -1,6 +1,6 @@
-"""`fastpath-suite history bisect` on a real history: a copy of this repository with a commit that adds work to the
+"""`fastpath-suite nightly bisect` on a real history: a copy of this repository with a commit that adds work to the
 unmasking loop, among commits that add none and one that does not import, each counted by its own code
-(harness.speed.bisect; the search itself on small histories: tests_speed/test_bisect.py)."""
+(harness.nightly.bisect; the search itself on small histories: tests_speed/test_bisect.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import subprocess
 import pytest
 
 from harness import REPO_ROOT
-from harness.speed import bisect, calls
+from harness.nightly import bisect
+from harness.counts import calls
 
 
 def git(repo, *args) -> str:

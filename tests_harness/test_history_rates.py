@@ -6,11 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.speed import changes, history_rates
-from harness.speed.history import load_history
-from harness.speed.history_rates import RECORDED, Recorded, clean_nights, false_alarms, injected, recorded_from
+from harness.nightly import changes
 
-FIXTURE_MISSING = (f"{RECORDED} is missing: record it on a quiet machine with `fastpath-suite record-nights` "
+from harness.nightly import history_rates
+from harness.nightly.history import load_history
+from harness.nightly.history_rates import RECORDED, Recorded, clean_nights, false_alarms, injected, recorded_from
+
+FIXTURE_MISSING = (f"{RECORDED} is missing: record it on a quiet machine with `fastpath-suite nightly record` "
                    "(about an hour)")
 
 
@@ -69,7 +71,7 @@ def stored_figures() -> dict:
     """The figures of the results file measured on this machine kind (the first one when none is)."""
     import json
 
-    from harness.machine import hardware_key, machine_info
+    from harness.run.machine import hardware_key, machine_info
 
     folder = history_rates.REPO_ROOT / "results" / "history-rates"
     path = folder / f"{hardware_key(machine_info('cpu'))}.json"
@@ -126,7 +128,7 @@ def test_recorded_instruction_counts_meet_their_goals():
     would not catch the 5% step on its first night."""
     path = history_rates.RECORDED_INSTRUCTIONS
     if not path.exists():
-        pytest.fail(f"{path} is missing: record it with `fastpath-suite record-nights 20 --signal instructions "
+        pytest.fail(f"{path} is missing: record it with `fastpath-suite nightly record 20 --signal instructions "
                     "--jobs 2` (about 80 minutes on 2 cores)")
     rec = recorded_from(load_history(path))
     assert rec.runs >= 20 and sum(rec.busy) >= 3, (rec.runs, rec.busy)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness import installed, strict
+from harness.run import installed
+
+from harness.run import strict
 
 
 def test_a_missing_module_or_tool_fails_naming_the_fix(monkeypatch):

@@ -1,4 +1,4 @@
-"""The mutation run (harness.mutants): its choice of mutants, its score and its verdict on a change.
+"""The mutation run (harness.audit.mutants): its choice of mutants, its score and its verdict on a change.
 
 The end-to-end tests run the command on a copy of this checkout with one planted change to fastpath/registry.py,
 against that module's tests only: a line no test reads leaves survivors and fails the change, naming the diff and
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import mutants
-from harness.mutants import Mutant
+from harness.audit import mutants
+from harness.audit.mutants import Mutant
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,7 +67,7 @@ def _fake_runs(monkeypatch, first: dict, second: dict):
 
 
 def test_a_timeout_counts_only_when_it_times_out_again_alone(monkeypatch):
-    from harness.progress import Progress
+    from harness.run.progress import Progress
 
     ms = [mutant(name=f"fastpath.registry.x_applied__mutmut_{i}") for i in range(1, 4)]
     calls = _fake_runs(monkeypatch, {ms[0].name: (-24, 72.5), ms[1].name: (-24, 72.5), ms[2].name: (1, 3.0)},
@@ -164,7 +164,7 @@ def test_a_planted_surviving_mutant_fails_the_change_until_listed_as_equivalent(
     done = _run(copy, tmp_path, "--results", str(tmp_path / "results"))
     assert done.returncode == 1, done.stdout + done.stderr
     assert "SURVIVED: fastpath.registry.x_applied__mutmut_" in done.stdout
-    assert "+    limit = " in done.stdout and "run it again: fastpath-suite mutants --names" in done.stdout
+    assert "+    limit = " in done.stdout and "run it again: fastpath-suite audit mutants --names" in done.stdout
     figures = json.loads(next((tmp_path / "results" / "mutants").glob("*.json")).read_text())["figures"]
     survivors = [m for m in figures["mutants"] if m["status"] == "survived"]
     assert survivors and all(m["before"] == "limit = 64  # read by nothing" for m in survivors)

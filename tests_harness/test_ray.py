@@ -1,4 +1,4 @@
-"""The Ray engine (harness.workers.run_ray) on a local Ray cluster started as docs/sharding.md starts one (`ray start
+"""The Ray engine (harness.run.workers.run_ray) on a local Ray cluster started as docs/sharding.md starts one (`ray start
 --head`, joined through RAY_ADDRESS): jobs run as tasks, their output and failures come back named, and an
 evaluation set judged over Ray tasks gets the serial verdict. A control of the distributed path, run by `.ci/run`
 (which installs Ray first); Ray is not in the default install."""
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
-from harness import workers
+from harness.run import workers
 
 pytestmark = [pytest.mark.slow, pytest.mark.control]
 
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.control]
 def cluster(tmp_path_factory):
     pytest.importorskip("ray", reason="the Ray engine's control needs Ray: .venv/bin/pip install 'ray==2.60.0' "
                                       "(.ci/run installs it before its controls stage; docs/sharding.md)")
-    from harness.serving import free_port
+    from harness.serving.serving import free_port
 
     ray_cli = shutil.which("ray", path=str(Path(sys.executable).parent))
     port = free_port()
@@ -57,7 +57,7 @@ def test_jobs_run_as_ray_tasks_and_a_failure_is_named(cluster, tmp_path):
 
 
 def test_a_set_judged_over_ray_tasks_gets_the_serial_verdict(cluster, tmp_path, request):
-    from harness.gate import metric_figures
+    from harness.gate.gate import metric_figures
     from harness.quality import espeak_set, evaluate, sets, shards
     from harness.quality.shards import load_judges
 

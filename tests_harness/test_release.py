@@ -1,4 +1,4 @@
-"""The name check (harness.release, `fastpath-suite name-check`): pip's answers read right, a taken or too-near name
+"""The name check (harness.release, `fastpath-suite maintain name-check`): pip's answers read right, a taken or too-near name
 refused, and an index that does not answer is an error, never a free name. pip is a stand-in here (a script that
 answers as pip does), so no network is needed; the real look-up is the results file results/name/."""
 
@@ -84,7 +84,7 @@ def test_the_command_exits_by_the_verdict_and_writes_its_results_file(tmp_path, 
     out = capsys.readouterr().out
     assert "omnivoice-speedup: FREE" in out and "taken-name: TAKEN" in out
     (path,) = (tmp_path / "results" / "name").glob("*.json")
-    from harness import results
+    from harness.run import results
 
     data = results.load(path)
     assert data["figures"]["verdict"] == "free"

@@ -14,7 +14,7 @@ from harness.speed.measure import stack_packs
 @pytest.mark.control
 @pytest.mark.cpu
 def test_report_shows_stock_the_public_packages_and_the_stack(model, tmp_path, monkeypatch):
-    from harness.installed import missing
+    from harness.run.installed import missing
     from harness.speed import bench
 
     absent = [bench.PEERS[n].requirement for n, installed in report.peers_installed().items() if not installed]

@@ -1,4 +1,4 @@
-"""Results as data: docs/results.md is exactly what `fastpath-suite results` renders from results/, and a file
+"""Results as data: docs/results.md is exactly what `fastpath-suite maintain results` renders from results/, and a file
 that is not a results file is refused with its path and the fix."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ import json
 
 import pytest
 
-from harness import results
+from harness.run import results
 
 
 def test_docs_results_md_is_the_rendering_of_the_results_files():
     rendered = results.render()
     page = results.RESULTS_PAGE.read_text() if results.RESULTS_PAGE.exists() else ""
     assert page == rendered, ("docs/results.md is not what the results files render (a number typed by hand, or a "
-                              "results file added without rendering): run `fastpath-suite results` and commit the page")
+                              "results file added without rendering): run `fastpath-suite maintain results` and commit the page")
 
 
 @pytest.mark.parametrize("kind", list(results.KINDS))
@@ -31,13 +31,13 @@ STABILITY = {"rule": {"max_ratio_spread": 0.2, "min_rounds": 3},
 
 
 def test_a_recorded_file_renders_with_its_machine_commit_date_and_command(tmp_path):
-    path = results.record("stability", STABILITY, tmp_path, command="fastpath-suite stability --rounds 4")
+    path = results.record("stability", STABILITY, tmp_path, command="fastpath-suite audit stability --rounds 4")
     data = results.load(path)
     assert path.parent.name == "stability" and path.stem == data["machine_key"]
     page = results.render(tmp_path)
     assert f"### {data['machine_summary']}" in page
     assert f"at commit `{(data['commit'] or 'unknown')[:12]}" in page and data["date"][:10] in page
-    assert "`fastpath-suite stability --rounds 4`" in page and "| quiet | 2 | 0% (0/2) | 0% (0/2) | 0.08, 0.10 | 1.01 |" in page, page
+    assert "`fastpath-suite audit stability --rounds 4`" in page and "| quiet | 2 | 0% (0/2) | 0% (0/2) | 0.08, 0.10 | 1.01 |" in page, page
     assert "No results file yet: `fastpath-suite report --results results/` writes one." in page
 
 

@@ -1,5 +1,5 @@
 """Results files of the gate, the false-alarm runs and the GPU script: each written from files in the shape its
-command leaves, read back by harness.results and rendered into the results page. No model, no subprocess."""
+command leaves, read back by harness.run.results and rendered into the results page. No model, no subprocess."""
 
 from __future__ import annotations
 
@@ -9,8 +9,14 @@ from dataclasses import asdict
 
 import pytest
 
-from harness import false_alarms, gate, gpu_check, results
-from harness.machine import machine_info
+from harness import gpu_check
+
+from harness.audit import false_alarms
+
+from harness.gate import gate
+
+from harness.run import results
+from harness.run.machine import machine_info
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="1" failures="1"
 skipped="1" tests="5" time="{time}">
@@ -82,7 +88,7 @@ def test_gate_writes_its_results_file_and_keeps_progress_off_stdout(monkeypatch,
     data = results.load(path)
     assert data["command"] == seen[0] and seen[0].startswith("fastpath-suite gate omnivoice==9.9.9 --out ")
     assert data["figures"]["state"] == "incomplete" and data["figures"]["checks"][0]["name"] == "fingerprints"
-    monkeypatch.setattr(results, "COMMAND", None)  # `python -m harness.gate`: the same form
+    monkeypatch.setattr(results, "COMMAND", None)  # `python -m harness.gate.gate`: the same form
     assert gate.main(["omnivoice==9.9.9", "--out", str(tmp_path / "o"), "--quiet"]) == 3
     assert capsys.readouterr().err == "" and seen[1] == f"fastpath-suite gate omnivoice==9.9.9 --out {tmp_path / 'o'} --quiet"
 
@@ -109,9 +115,9 @@ def false_alarm_runs(folder, n=3, invocation="20261201T000000Z-1", commit="a" * 
 
 def test_false_alarms_record_reads_the_scripts_files(tmp_path):
     out = false_alarm_runs(tmp_path / "out")
-    path = false_alarms.record(out, tmp_path / "results", runs=3, command="fastpath-suite false-alarms 3 --busy 1")
+    path = false_alarms.record(out, tmp_path / "results", runs=3, command="fastpath-suite audit false-alarms 3 --busy 1")
     data = results.load(path)
-    assert path.parent.name == "false-alarms" and data["command"] == "fastpath-suite false-alarms 3 --busy 1"
+    assert path.parent.name == "false-alarms" and data["command"] == "fastpath-suite audit false-alarms 3 --busy 1"
     figures = data["figures"]
     assert figures["commit"] == "a" * 40
     first, second, third = figures["runs"]
@@ -273,13 +279,13 @@ def test_prefix_results_name_the_checkpoint_that_was_timed():
 def test_prefix_main_records_the_checkpoint_in_its_results_file(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
-    import harness.checkpoint
+    import harness.model.checkpoint
     from harness.speed import prefix
 
     measured = {k: v for k, v in prefix_figures(checkpoint=False).items() if k != "load"}
-    monkeypatch.setattr(harness.checkpoint, "resolve_checkpoint",
+    monkeypatch.setattr(harness.model.checkpoint, "resolve_checkpoint",
                         lambda explicit, size: SimpleNamespace(identity=f"{size}-0123456789abcdef"))
-    monkeypatch.setattr(harness.checkpoint, "load_model", lambda ckpt: SimpleNamespace(device="cpu"))
+    monkeypatch.setattr(harness.model.checkpoint, "load_model", lambda ckpt: SimpleNamespace(device="cpu"))
     monkeypatch.setattr(prefix, "measure", lambda *a, **k: dict(measured))
     assert prefix.main(["--size", "full", "--results", str(tmp_path), "--quiet"]) == 0
     (path,) = (tmp_path / "prefix").glob("*.json")

@@ -1,4 +1,4 @@
-"""The suite over several processes (harness.sharding, conftest.py): two junit reports compared test for test, and
+"""The suite over several processes (harness.audit.sharding, conftest.py): two junit reports compared test for test, and
 one GPU per xdist worker (`--gpus`), whose plumbing is shown here on CPU: each worker sees only its own index, and
 each test's report says which worker and GPU ran it."""
 
@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import REPO_ROOT, sharding
+from harness import REPO_ROOT
+
+from harness.audit import sharding
 
 pytest_plugins = ["pytester"]
 
@@ -82,7 +84,7 @@ SEEN = """
 import json, os
 from pathlib import Path
 
-from harness.machine import placement
+from harness.run.machine import placement
 
 def test_sees(request):
     out = Path(os.environ["SEEN_DIR"]) / (request.node.nodeid.replace("/", "_").replace(":", "_") + ".json")

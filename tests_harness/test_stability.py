@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from harness.progress import Progress
+from harness.run.progress import Progress
 from harness.speed import bench, compare, stability
 from harness.speed.measure import Samples
 

@@ -1,4 +1,4 @@
-"""Closeness numbers of the GPU tier's tolerance checks (harness/tolerance.py) on known inputs."""
+"""Closeness numbers of the GPU tier's tolerance checks (harness/parity/tolerance.py) on known inputs."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from harness import tolerance
-from harness.parity import Run
+from harness.parity import tolerance
+from harness.parity.parity import Run
 
 # --- closeness numbers -----------------------------------------------------------------------------------------------
 
@@ -45,7 +45,7 @@ def test_closeness_splits_a_batched_scoring_call_per_item(model):
     item by item with stock's per-item calls, as the parity tier does (the H200's first run compared the packed
     call with stock's first item and failed on shapes). On CPU the patch is bit-exact: perfect closeness."""
     import fastpath
-    from harness.parity import POINTS, record_generation
+    from harness.parity.parity import POINTS, record_generation
 
     kwargs = dict(POINTS["batch_of_3"], num_step=2)
     stock = record_generation(model, seed=0, **kwargs)

@@ -1,7 +1,7 @@
 """Every check that compares audio bites: one sample of one decoded chunk changed, or one code of one codebook changed
 before it is decoded, makes it fail.
 
-The mutations (harness.parity.decoded_changed, code_changed) act on `audio_tokenizer.decode` of the candidate side
+The mutations (harness.parity.parity.decoded_changed, code_changed) act on `audio_tokenizer.decode` of the candidate side
 only; the tokens generate made are untouched, so only a comparison of the audio can see them. Two sizes of
 one-sample change: one ulp (the smallest change there is), which the checks that compare the decoder's own audio
 bit for bit must see; and 1e-3 (-60 dBFS, 33 steps of int16), which must reach every check that compares only the
@@ -14,10 +14,10 @@ it to the reference's level, and either can swallow one ulp). The places, and wh
 - the report's bit-exact verdicts (harness.report.parity_rows);
 - the stream against upstream's chunked generate (tests_parity.test_stream.stream_problems): every chunk's decoded
   audio and the joined stream, the change made inside the seam's cross-fade;
-- goldens (harness.goldens.compare_point): the decoded-audio and waveform sha256 under this machine's numerics key;
+- goldens (harness.gate.goldens.compare_point): the decoded-audio and waveform sha256 under this machine's numerics key;
   the portable part compares lengths exactly and each waveform's RMS in 32 blocks within 1e-6, which one sample
   cannot move (named so: `waveform_rms`), and which one code must;
-- the version gate's behaviour records (harness.behaviour.compare): decoded audio and waveforms, bit for bit.
+- the version gate's behaviour records (harness.gate.behaviour.compare): decoded audio and waveforms, bit for bit.
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ from __future__ import annotations
 import pytest
 
 import fastpath
-from harness import behaviour, goldens, report
-from harness.parity import POINTS, code_changed, compare_runs, decoded_changed, record_generation
+from harness import report
+from harness.gate import behaviour
+from harness.gate import goldens
+from harness.parity.parity import POINTS, code_changed, compare_runs, decoded_changed, record_generation
 
 pytestmark = pytest.mark.cpu
 STEPS = 4
@@ -88,7 +90,7 @@ def test_report_bit_exact_verdicts_bite(model, mutation, monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("mutation", MUTATIONS)
 def test_stream_comparison_bites_inside_a_seam(model, mutation):
-    from harness.points import reference
+    from harness.model.points import reference
     from tests_parity.test_stream import stream_problems
 
     audio, text = reference("ref_6s")

@@ -157,7 +157,7 @@ def test_version_bump_gates_only_a_changed_requirement(tmp_path):
     assert pin()[0]["changed"] == "true"
     got, _ = pin(EVENT="workflow_dispatch", INPUT_AGAINST="omnivoice==0.2.0")  # by hand: the inputs decide
     assert got == {"changed": "true", "against": "omnivoice==0.2.0"}
-    # a range of verified releases (harness/versions.py): the base's newest, its <= bound, is the one to compare with
+    # a range of verified releases (harness/gate/versions.py): the base's newest, its <= bound, is the one to compare with
     ranged = commit(origin, "omnivoice>=0.1.5,<=0.2.1,!=0.2.0")
     commit(work, "omnivoice>=0.1.5,<=0.2.2,!=0.2.0")
     got, summary = pin(BASE_SHA=ranged)
@@ -165,10 +165,10 @@ def test_version_bump_gates_only_a_changed_requirement(tmp_path):
 
 
 def gate_exit_codes() -> dict:
-    """harness.gate.main's exit status per verdict state, read from its source (importing it loads torch)."""
-    text = (REPO_ROOT / "harness" / "gate.py").read_text()
+    """harness.gate.gate.main's exit status per verdict state, read from its source (importing it loads torch)."""
+    text = (REPO_ROOT / "harness" / "gate" / "gate.py").read_text()
     found = re.search(r'return (\{"may-ship": 0[^}]*\})\[report\["state"\]\]', text)
-    assert found, "harness/gate.py main() no longer ends with its state -> exit status table"
+    assert found, "harness/gate/gate.py main() no longer ends with its state -> exit status table"
     return {k: int(v) for k, v in re.findall(r'"([a-z-]+)": (\d+)', found.group(1))}
 
 
@@ -337,8 +337,8 @@ def test_ci_runs_its_four_stages_in_strict_mode(tmp_path):
     assert calls[0] == test_command.replace("python", "python FASTPATH_STRICT=1", 1), \
         "the first stage is the README's test command"
     assert calls[1].split()[2:4] == ["install", "--quiet"] and "ray==" in calls[1], calls
-    assert "-m control and not cuda" in calls[2] and calls[3].split()[2] == "instructions", calls
-    assert calls[4].split()[2:5] == ["mutants", "--changed-since", "auto"], calls
+    assert "-m control and not cuda" in calls[2] and calls[3].split()[2:4] == ["counts", "instructions"], calls
+    assert calls[4].split()[2:6] == ["audit", "mutants", "--changed-since", "auto"], calls
 
 
 def test_a_failed_install_fails_ci_before_any_later_stage(tmp_path):

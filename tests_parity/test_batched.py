@@ -17,8 +17,8 @@ import torch
 import fastpath
 from fastpath import loop
 from fastpath.instance import overridden
-from harness.parity import POINTS, Run, compare_runs, record_generation
-from harness.points import load_spec
+from harness.parity.parity import POINTS, Run, compare_runs, record_generation
+from harness.model.points import load_spec
 
 MIXED_8 = load_spec()["texts"]["mixed8"]  # one word to about ten seconds
 # 4 steps: what is tested is the batch (eight lengths packed, scored and unmasked together, each item's own k per

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import fastpath
-from harness.checkpoint import load_model
-from harness.parity import (
+from harness.model.checkpoint import load_model
+from harness.parity.parity import (
     POINTS,
     PointUnsupported,
     compare_runs,

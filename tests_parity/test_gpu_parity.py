@@ -1,7 +1,7 @@
 """CUDA: each GPU patch against stock at the same precision, and against stock fp32; tolerances are data.
 
 No GPU patch is bit-exact (padded shapes pick other GEMM tiles, compiled kernels fuse and reorder, TF32 rounds
-inputs to 10 mantissa bits), so a run is compared with `harness.tolerance.closeness`: step-0 logits
+inputs to 10 mantissa bits), so a run is compared with `harness.parity.tolerance.closeness`: step-0 logits
 (relative error, argmax agreement at every position the sampler reads), final tokens, waveforms. Against fp32
 the bar is relative: a patched low-precision run must be about as close to fp32 as stock at that precision is.
 
@@ -19,11 +19,11 @@ import fastpath
 from fastpath.gpu import compiled, flags, graphs
 from fastpath.gpu.shapes import Buckets
 from fastpath.registry import COMPILED_LLM
-from harness.checkpoint import resolve_checkpoint
-from harness.devices import skip_unless_dtype_supported
-from harness.parity import compare_runs, record_generation
-from harness.points import GPU_PARITY
-from harness.tolerance import closeness, waveform_cosine, waveform_snr_db
+from harness.model.checkpoint import resolve_checkpoint
+from harness.model.devices import skip_unless_dtype_supported
+from harness.parity.parity import compare_runs, record_generation
+from harness.model.points import GPU_PARITY
+from harness.parity.tolerance import closeness, waveform_cosine, waveform_snr_db
 
 pytestmark = pytest.mark.cuda
 
@@ -210,8 +210,8 @@ STREAM_TOKEN_AGREEMENT = 0.99
 
 def test_stream_with_cuda_graphs_captures_beside_the_decode_and_matches_chunked_generate(models, checkpoints,
                                                                                           record_property):
-    from harness.parity import kept_tokens
-    from harness.points import load_spec
+    from harness.parity.parity import kept_tokens
+    from harness.model.points import load_spec
 
     model = models.get(checkpoints["full"], "cuda", "bf16")
     text = load_spec()["texts"]["three"]

@@ -10,7 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import fastpath
 from fastpath import loop
-from harness.parity import compare_runs, record_generation
+from harness.parity.parity import compare_runs, record_generation
 
 
 class GemmRows(TorchDispatchMode):

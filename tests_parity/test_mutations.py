@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import fastpath
-from harness.parity import compare_runs, record_generation
+from harness.parity.parity import compare_runs, record_generation
 from tests_parity.test_bitexact import POINTS
 
 DEVICES = {"cpu", "cuda", "mps"}

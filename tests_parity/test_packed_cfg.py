@@ -15,9 +15,9 @@ from torch.nn.attention.flex_attention import create_block_mask
 import fastpath
 from fastpath.gpu import packed
 from fastpath.instance import overridden
-from harness.parity import record_generation
-from harness.points import PARITY, load_spec
-from harness.tolerance import closeness
+from harness.parity.parity import record_generation
+from harness.model.points import PARITY, load_spec
+from harness.parity.tolerance import closeness
 
 MIXED_8 = load_spec()["texts"]["mixed8"]
 STACK = ["packed_cfg", "sliced_heads", "static_prefix", "batched_scoring"]  # the GPU stack's loop switches
@@ -156,7 +156,7 @@ def test_a_mixed_batch_does_no_work_for_its_longest_item(model, on_cpu):
 @pytest.mark.cpu
 def test_off_its_devices_packed_cfg_is_inert(model):
     """On the CPU (not in PACKED_DEVICES) the patch applies and every call runs stock's layout: bit-exact."""
-    from harness.parity import compare_runs
+    from harness.parity.parity import compare_runs
 
     kwargs = dict(request("batch_of_3", dict(num_step=4)))
     stock = record_generation(model, seed=0, **kwargs)
@@ -184,7 +184,7 @@ def test_cuda_graphs_replay_packed_calls(model, on_cpu):
     """cuda_graphs' wrapper (capture double on CPU) captures a packed call once per packed length, with the block
     mask built inside the graph from the static segment ids, and its replays give the eager packed run's bits."""
     from fastpath.gpu import graphs
-    from harness.parity import compare_runs
+    from harness.parity.parity import compare_runs
     from tests_patches.test_gpu_graphs import graph_doubles
 
     kwargs = request("batch_of_3", dict(num_step=4))

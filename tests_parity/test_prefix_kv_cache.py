@@ -14,7 +14,7 @@ import torch
 
 import fastpath
 from fastpath import loop
-from harness.parity import POINTS, compare_runs, record_generation
+from harness.parity.parity import POINTS, compare_runs, record_generation
 from harness.speed.prefix import agreement
 
 NUM_STEP = 16

@@ -69,8 +69,8 @@ def test_the_stack_is_bit_exact_on_the_full_size_model(full_checkpoint, name):
     """2 steps of stock and of the lossless stack on the full-size checkpoint: every per-step logit, score,
     token and waveform equal (what scripts/full_size_parity.py tabulates over the whole grid)."""
     import fastpath
-    from harness.checkpoint import load_model
-    from harness.parity import compare_runs, record_generation
+    from harness.model.checkpoint import load_model
+    from harness.parity.parity import compare_runs, record_generation
     from harness.speed.bench import point_kwargs
 
     model = load_model(full_checkpoint)

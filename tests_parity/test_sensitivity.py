@@ -23,8 +23,8 @@ import pytest
 import soundfile as sf
 import torch
 
-from harness.parity import record_generation
-from harness.points import reference
+from harness.parity.parity import record_generation
+from harness.model.points import reference
 
 TEXT = "The weather is lovely today, so we walk."
 OTHER_TEXT = "The market is crowded today, so we wait."

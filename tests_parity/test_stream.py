@@ -27,8 +27,8 @@ import fastpath
 from fastpath import fingerprints
 from fastpath.instance import overridden
 from fastpath.streaming import _Join, edge_durations, upstream_checked
-from harness.parity import describe_difference, kept_decoded, kept_tokens, record_generation
-from harness.points import load_spec, reference
+from harness.parity.parity import describe_difference, kept_decoded, kept_tokens, record_generation
+from harness.model.points import load_spec, reference
 
 TEXT = load_spec()["texts"]["three"]
 CHUNK_SECONDS = 2.0  # three chunks of the three-sentence text on the tiny checkpoint (asserted below)

@@ -28,8 +28,8 @@ from hypothesis.stateful import (
 import fastpath
 from fastpath import instance, loop
 from fastpath.instance import overridden
-from harness.checkpoint import load_model
-from harness.parity import compare_runs, record_generation
+from harness.model.checkpoint import load_model
+from harness.parity.parity import compare_runs, record_generation
 
 POINT = dict(text=["Hi.", "Two words."], language="en", num_step=2)  # two items of two lengths, two steps: every path
 NAMES = sorted(fastpath.PATCHES)

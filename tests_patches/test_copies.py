@@ -11,8 +11,8 @@ import torch
 import fastpath
 from fastpath import prompt_cache
 from fastpath.gpu import compiled, flags, graphs
-from harness.parity import compare_runs, record_generation
-from harness.points import reference
+from harness.parity.parity import compare_runs, record_generation
+from harness.model.points import reference
 
 pytestmark = pytest.mark.cpu
 POINT = dict(text=["Hi there.", "This sentence is a little bit longer than the first one."], language="en",
@@ -23,7 +23,7 @@ COMPILED_ON_CUDA = object()  # stands for the compiled decode a CUDA model's wra
 
 
 def waveforms(model, seed: int = 0):
-    """Everything a generate of POINT computes (harness.parity.record_generation): logits, tokens, audio."""
+    """Everything a generate of POINT computes (harness.parity.parity.record_generation): logits, tokens, audio."""
     return record_generation(model, seed=seed, **POINT)
 
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from fastpath.gpu import compiled
-from harness import tolerance
-from harness.devices import llm_inputs
+from harness.parity import tolerance
+from harness.model.devices import llm_inputs
 
 # --- the compile wrappers, with a compiler double --------------------------------------------------------------------
 

@@ -11,9 +11,9 @@ import torch
 
 from fastpath.gpu import graphs
 from fastpath.gpu.shapes import Buckets
-from harness import tolerance
-from harness.devices import llm_inputs
-from harness.parity import record_generation
+from harness.parity import tolerance
+from harness.model.devices import llm_inputs
+from harness.parity.parity import record_generation
 
 POINT = dict(text=["Hi there.", "This sentence is a little bit longer than the first one."], language="en", num_step=4)
 
@@ -162,7 +162,7 @@ def test_a_capture_that_failed_once_is_captured_on_a_later_call(model):
 @pytest.fixture
 def own_model(checkpoint):
     """A model of its own: these tests replace and move its weights."""
-    from harness.checkpoint import load_model
+    from harness.model.checkpoint import load_model
 
     return load_model(checkpoint)
 

@@ -7,8 +7,8 @@ import torch
 
 import fastpath
 from fastpath.gpu.padding import fill_padded, llm_call_shape, padded
-from harness import tolerance
-from harness.devices import llm_inputs
+from harness.parity import tolerance
+from harness.model.devices import llm_inputs
 
 # --- padding ---------------------------------------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ import torch
 import fastpath
 from fastpath.gpu import compiled, flags, graphs
 from fastpath.registry import COMPILED_LLM, PROCESS_GLOBAL
-from harness.devices import llm_inputs
+from harness.model.devices import llm_inputs
 
 GPU_PATCHES = [n for n, p in fastpath.PATCHES.items() if p.devices == ("cuda",)]
 

@@ -1,4 +1,4 @@
-"""The omnivoice range fastpath declares is exactly the set of versions the suite verifies (harness/versions.py):
+"""The omnivoice range fastpath declares is exactly the set of versions the suite verifies (harness/gate/versions.py):
 no release it has not checked installs beside it, and none it has checked is refused (omnivoice-server 0.2.5, for
 one, needs omnivoice < 0.2.0: docs/serving.md)."""
 
@@ -9,7 +9,7 @@ import json
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from harness import versions
+from harness.gate import versions
 
 
 def test_the_declared_omnivoice_range_admits_exactly_the_verified_versions():

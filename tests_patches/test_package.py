@@ -17,8 +17,8 @@ import pytest
 from packaging.requirements import Requirement
 
 from harness import DISTRIBUTION, REPO_ROOT
-from harness.checkpoint import build_checkpoint
-from harness.points import load_spec
+from harness.model.checkpoint import build_checkpoint
+from harness.model.points import load_spec
 
 # The wheel's build and script run beside the other tests (pytest.mark.early) at the lowest priority: they take the
 # cores the tests leave idle, and do not hold up torch's threads, which wait for each other in every parallel region.

@@ -11,8 +11,8 @@ import torch
 
 import fastpath
 from fastpath import prompt_cache
-from harness.parity import REF_3S, compare_runs, record_generation
-from harness.points import reference
+from harness.parity.parity import REF_3S, compare_runs, record_generation
+from harness.model.points import reference
 
 REF_6S = reference("ref_6s")
 
@@ -54,7 +54,7 @@ def test_save_load_round_trip(cached, tmp_path, checkpoint):
     made = cached.create_voice_clone_prompt(ref_audio=REF_3S[0], ref_text=REF_3S[1])
     path = tmp_path / "prompts.pt"
     prompt_cache.save(cached, path)
-    from harness.checkpoint import load_model
+    from harness.model.checkpoint import load_model
 
     other = load_model(checkpoint)
     fastpath.apply(other, "prompt_cache")

@@ -16,13 +16,14 @@ import torch
 import fastpath
 from fastpath import fingerprints
 from fastpath.instance import WARNINGS_ATTR
-from harness import REPO_ROOT, shared_state
-from harness.checkpoint import (
+from harness import REPO_ROOT
+from harness.audit import shared_state
+from harness.model.checkpoint import (
     CheckpointError,
     check_checkpoint_folder,
     resolve_checkpoint,
 )
-from harness.parity import compare_runs, record_generation
+from harness.parity.parity import compare_runs, record_generation
 from tests_parity.test_bitexact import PATCH_SETS, POINTS
 
 DEVICES = {"cpu", "cuda", "mps"}
@@ -243,7 +244,7 @@ def test_a_call_without_an_exact_row_count_runs_stocks_layout(model, stock_run, 
 @pytest.fixture(scope="module")
 def second_model(checkpoint):
     """A stock model beside the shared one (an A/B, a fallback in a server process)."""
-    from harness.checkpoint import load_model
+    from harness.model.checkpoint import load_model
 
     return load_model(checkpoint)
 

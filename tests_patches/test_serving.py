@@ -1,14 +1,16 @@
 """fastpath inside a real server: omnivoice-server from the package index, installed beside fastpath's wheel by pip,
 serving stock and patched (the recipe of docs/serving.md) the same requests of every kind, one at a time and at
-once (harness/serving.py says how). Slow: it makes a venv from the index once per change of fastpath's sources and
+once (harness/serving/serving.py says how). Slow: it makes a venv from the index once per change of fastpath's sources and
 starts two servers (the nightly `slow` job)."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness import serving, versions
-from harness.checkpoint import build_checkpoint
+from harness.serving import serving
+
+from harness.gate import versions
+from harness.model.checkpoint import build_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The shared-state guard (harness.shared_state, conftest.py's shared_state_guard): what a patch must never change
+"""The shared-state guard (harness.audit.shared_state, conftest.py's shared_state_guard): what a patch must never change
 is recorded before any test applies one, and every test that leaves it changed fails, naming the attribute, in
 whatever order the tests run."""
 
@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import fastpath
-from harness import REPO_ROOT, shared_state
+from harness import REPO_ROOT
+from harness.audit import shared_state
 
 CHILD = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", "-p", "tests_patches.planted_leaks",
          "tests_patches/planted_leaks.py", "tests_patches/test_registry.py",

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 import fastpath
-from harness.parity import describe_difference
-from harness.points import load_spec, reference
+from harness.parity.parity import describe_difference
+from harness.model.points import load_spec, reference
 
 TEXT = load_spec()["texts"]["three"]
 OTHER = "A plain generate call, with words of its own."

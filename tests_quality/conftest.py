@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from harness.installed import require_module, require_tool
+from harness.run.installed import require_module, require_tool
 from harness.quality import corpus
 from harness.quality.evaluate import Clip
 

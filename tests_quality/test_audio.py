@@ -293,9 +293,9 @@ def test_auto_voice_sim_refuses_a_clip_whose_half_is_too_short(spoken):
 
 def test_the_gate_s_quality_check_shows_the_refusal(pytester, spoken):
     """The gate runs `pytest tests_quality -m real_weights` in the candidate's env and reads the junit report
-    (harness.gate.check_quality): a real-checkpoint test that gates a candidate with a silent clip, as
+    (harness.gate.gate.check_quality): a real-checkpoint test that gates a candidate with a silent clip, as
     test_real_checkpoint.gate_candidate does, fails, and the gate's quality check says why in its details."""
-    from harness import gate
+    from harness.gate import gate
 
     np.save(pytester.path / "spoken.npy", spoken)
     pytester.makepyfile(test_candidate="""

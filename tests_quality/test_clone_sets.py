@@ -11,7 +11,9 @@ import json
 
 import pytest
 
-from harness.quality import espeak_set, evaluate, known_clone, sets
+from harness.quality import espeak_set, evaluate, sets
+
+from harness.audit import known_clone
 from harness.quality.judge import CannotHear
 
 pytestmark = pytest.mark.quality
@@ -112,7 +114,7 @@ def test_the_lossless_stack_on_a_given_set(request, judge, voice_judge, mos_judg
     checkpoint = request.getfixturevalue("real_checkpoint")  # skips, naming how to provide one
     import torch
 
-    from harness.checkpoint import load_model
+    from harness.model.checkpoint import load_model
     from harness.quality import clone_run
     from harness.quality.evaluate import Clip
 

@@ -116,7 +116,7 @@ def changed_key(model, part, key, before, monkeypatch):
     """Change `part` alone, check the key moved, put the model back."""
     import fastpath
     from fastpath import loop
-    from harness import machine
+    from harness.run import machine
 
     restore = []
     if part == "patch":
@@ -319,7 +319,7 @@ def test_generate_set_can_synthesize_with_the_stream(model):
     replaces generate, reseeded the same way; with a voice prompt the concatenated stream is upstream's chunked
     generate of the paragraph, bit for bit."""
     import fastpath
-    from harness.points import reference
+    from harness.model.points import reference
 
     prompt = model.create_voice_clone_prompt(*reference("ref_3s"))
     paragraph = [corpus.Item("p1", "The first sentence is short. The second one is a little longer. A third ends it.")]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from harness.installed import require_module
+from harness.run.installed import require_module
 from harness.quality import judge as judge_mod
 from harness.quality import wer
 
@@ -27,7 +27,7 @@ def test_identity_records_model_hash_compute_type_and_decoding(judge):
 def test_identity_changes_with_the_engine_and_the_instruction_set(judge, monkeypatch, change):
     """The transcript cache is keyed by the identity: a new engine or another instruction set must not meet the
     transcripts cached under the old one."""
-    from harness import machine
+    from harness.run import machine
 
     before = judge_mod.judge_identity(judge.path, judge.compute_type)
     assert before == judge.identity

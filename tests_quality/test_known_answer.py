@@ -1,12 +1,14 @@
 """Known answers on real speech (espeak-ng renders with randomised realisations, judged by Whisper): the gate
-passes another seed's set and refuses damaged ones (harness/quality/known_answer.py), and the long-form check
+passes another seed's set and refuses damaged ones (harness/audit/known_answer.py), and the long-form check
 finds no dropped words in whole paragraphs while finding a sentence that was removed."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.quality import corpus, known_answer, wer
+from harness.quality import corpus, wer
+
+from harness.audit import known_answer
 
 FAST_CASES = tuple(c for c in known_answer.CASES if c.kind == "equivalent" or c.times_margin == 2.0
                    and c.kind in ("spread", "cut"))

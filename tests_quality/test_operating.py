@@ -1,8 +1,8 @@
-"""The gate's operating characteristics by simulation, where the truth is known (harness/quality/simulate.py).
+"""The gate's operating characteristics by simulation, where the truth is known (harness/audit/simulate.py).
 
 At ΔWER = margin the gate may pass at most 5% of 400 data sets, damage spread over every sentence or concentrated
 in 10% or 20% of them, at the sizes the gate decides at (the real checkpoint's holdout runs, the espeak table); the size rule's pick must give an equivalent
-candidate about the power it promises. `fastpath-suite simulate --sentences G --seeds k --wer W
+candidate about the power it promises. `fastpath-suite audit simulate --sentences G --seeds k --wer W
 --margin M` prints the whole table of a size (docs/quality.md).
 """
 
@@ -11,10 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.quality import known_answer, stats
+from harness.quality import stats
+
+from harness.audit import known_answer
 from harness.quality.corpus import HOLDOUT_SENTENCES
 from harness.quality.evaluate import HOLDOUT_SEEDS as SEEDS
-from harness.quality.simulate import PATTERNS, Model, pass_rate
+from harness.audit.simulate import PATTERNS, Model, pass_rate
 
 DATASETS = 400
 # The suite's set sizes: (model of the errors, margin in points). Real checkpoint: the holdout x SEEDS, WER about 6%

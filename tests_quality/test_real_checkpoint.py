@@ -42,7 +42,7 @@ def real_model(request):
         pytest.skip("no real_checkpoint fixture: run from the repo root so conftest.py is loaded")
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA: torch.cuda.is_available() is False")
-    from harness.checkpoint import load_model
+    from harness.model.checkpoint import load_model
 
     return load_model(ckpt, device="cuda"), ckpt.identity
 

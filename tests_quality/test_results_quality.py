@@ -1,5 +1,5 @@
-"""Results as data for the quality verbs: `fastpath-suite simulate` and `fastpath-suite known-answer` write raw
-figures, and their render_results turn those into the tables of docs/results.md (harness/results.py KINDS)."""
+"""Results as data for the quality verbs: `fastpath-suite audit simulate` and `fastpath-suite audit known-answer` write raw
+figures, and their render_results turn those into the tables of docs/results.md (harness/run/results.py KINDS)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from harness import results
-from harness.quality import known_answer, simulate
+from harness.run import results
+from harness.audit import known_answer
+from harness.audit import simulate
 
 SIMULATED = {"model": {"sentences": 10, "seeds": 2, "wer": 0.06, "concentration": 8.0, "words": [6, 21]},
              "margin_points": 1.0, "alpha": 0.025, "datasets": 5, "seed": 1,
@@ -91,7 +92,7 @@ def test_known_answer_shows_progress_per_chunk_of_clips(monkeypatch):
     import io
     from types import SimpleNamespace
 
-    from harness.progress import Progress
+    from harness.run.progress import Progress
 
     done = []
     monkeypatch.setattr(known_answer, "_load", lambda name: None)
@@ -172,7 +173,7 @@ STREAMS = {"floor": 0.8, "chunks": 3, "streams": 2, "judge": "ge2e", "espeak": "
 
 
 def test_the_score_kinds_point_at_their_renderers():
-    from harness.quality import known_scores
+    from harness.audit import known_scores
 
     assert results.renderer("known-answer-sim") is known_scores.render_results
     assert results.renderer("known-answer-mos") is known_scores.render_results
@@ -182,7 +183,7 @@ def test_the_score_kinds_point_at_their_renderers():
 
 
 def test_the_score_table_names_the_judge_the_calibration_and_each_row():
-    from harness.quality import known_scores
+    from harness.audit import known_scores
 
     lines = known_scores.render_results(SCORES).splitlines()
     assert lines[0].startswith("SIM: GE2E cosine (resemblyzer), not the papers’ WavLM-ECAPA; margin 0.02;")
@@ -193,7 +194,7 @@ def test_the_score_table_names_the_judge_the_calibration_and_each_row():
 
 
 def test_the_stream_table_shows_a_row_without_a_criterion_as_such():
-    from harness.quality import known_scores
+    from harness.audit import known_scores
 
     lines = known_scores.render_stream_results(STREAMS).splitlines()
     assert "below 0.8 at any seam" in lines[0]

@@ -180,7 +180,8 @@ def test_a_list_in_neither_format_is_refused(tmp_path):
 
 
 def test_the_gate_refuses_a_bad_set_before_it_makes_any_environment(tmp_path, monkeypatch, capsys):
-    from harness import candidate, gate
+    from harness.gate import candidate
+    from harness.gate import gate
 
     path, line = bad_case(tmp_path, "wrong sample rate")
     monkeypatch.setattr(candidate, "prepare", lambda *a, **k: pytest.fail("an environment was made for a bad set"))

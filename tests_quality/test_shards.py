@@ -1,4 +1,4 @@
-"""An evaluation set generated and judged over several workers (harness.quality.shards, harness.workers): the items
+"""An evaluation set generated and judged over several workers (harness.quality.shards, harness.run.workers): the items
 are split deterministically, each item's output is the serial run's, the merged figures give the serial verdict,
 and a worker that dies or an item that fails is named, never dropped."""
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from harness import workers
-from harness.gate import metric_figures
+from harness.run import workers
+from harness.gate.gate import metric_figures
 from harness.quality import clone_run, espeak_set, evaluate, sets, shards
 
 pytestmark = pytest.mark.quality

@@ -11,9 +11,11 @@ import sys
 import numpy as np
 import pytest
 
-from harness.quality import corpus, evaluate, known_scores, mos, stats, voice
+from harness.quality import corpus, evaluate, mos, stats, voice
+
+from harness.audit import known_scores
 from harness.quality.evaluate import Clip
-from harness.quality.simulate import SPREADS, ScoreModel, score_pass_rate
+from harness.audit.simulate import SPREADS, ScoreModel, score_pass_rate
 
 GROUPS = [f"s{i}" for i in range(30) for _ in range(2)]
 

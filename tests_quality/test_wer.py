@@ -6,7 +6,7 @@ import jiwer
 import numpy as np
 import pytest
 
-from harness.installed import require_module
+from harness.run.installed import require_module
 from harness.quality import wer
 
 require_module("whisper_normalizer", "pip install -e . --group quality (package whisper-normalizer)")

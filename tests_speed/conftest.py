@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.checkpoint import load_model
+from harness.model.checkpoint import load_model
 from harness.speed.measure import slow_llm
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness import DISTRIBUTION
-from harness.machine import device_key, extend_machine_info, machine_info
+from harness.run.machine import device_key, extend_machine_info, machine_info
 from harness.speed import baselines
 from harness.speed.baselines import (
     BaselineError,
@@ -210,7 +210,7 @@ def test_device_key_is_stable_filename_safe_and_tracks_speed_relevant_fields():
     ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, "4:cpu,cpuacct:/\n", None),  # v1 none
 ], ids=["v2-root", "v2-own", "v2-max", "v1", "v1-none"])
 def test_cgroup_cpu_limits_are_read(tmp_path, files, cgroup, limit):
-    from harness.machine import cgroup_cpu_limit
+    from harness.run.machine import cgroup_cpu_limit
 
     for rel, text in files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -220,7 +220,7 @@ def test_cgroup_cpu_limits_are_read(tmp_path, files, cgroup, limit):
 
 
 def test_containers_limited_to_2_and_to_16_cpus_on_one_host_get_different_keys():
-    from harness.machine import usable_cpus
+    from harness.run.machine import usable_cpus
 
     info = machine_info("cpu")
     host = dict(info, logical_cores=64)
@@ -250,7 +250,7 @@ def test_reads_a_real_pytest_benchmark_json(pytester, monkeypatch):
     """SpeedRun pytest-benchmark for real (pytester, in this process: torch is imported once) with the machine-info
     hook, then read its --benchmark-json."""
     pytester.makeconftest("""
-        from harness.machine import extend_machine_info
+        from harness.run.machine import extend_machine_info
 
         def pytest_benchmark_update_machine_info(config, machine_info):
             extend_machine_info(machine_info, "cpu")

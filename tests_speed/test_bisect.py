@@ -1,4 +1,4 @@
-"""`fastpath-suite history bisect`: from a flagged night to its commit (harness.speed.bisect).
+"""`fastpath-suite nightly bisect`: from a flagged night to its commit (harness.nightly.bisect).
 
 The search is shown on small git histories with a stand-in counter (each commit's count read from the commit's own
 file, so the answer is known), and, in the controls stage, on a copy of this repository with a commit that adds
@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from harness.speed import bisect
+from harness.nightly import bisect
 
 
 def git(repo, *args) -> str:
@@ -111,7 +111,7 @@ def test_bad_ranges_are_refused_naming_the_fix(tmp_path):
 
 
 def test_a_flagged_night_of_a_count_history_prints_its_bisect_command(tmp_path, capsys):
-    from harness.speed.history import History, Night, main, night_id, save_history
+    from harness.nightly.history import History, Night, main, night_id, save_history
 
     def night(day: int, ops: float) -> Night:
         points = {"auto-short-2/lossless": {"metric": "ops", "samples": [ops], "extra": {"bytes": 4096, "flops": 10}}}
@@ -124,7 +124,7 @@ def test_a_flagged_night_of_a_count_history_prints_its_bisect_command(tmp_path, 
                  path)
     assert main(["check", str(path)]) == 1
     out = capsys.readouterr().out
-    assert (f"bisect auto-short-2/lossless: fastpath-suite history bisect {2:040x} {3:040x} --point auto-short-2 "
+    assert (f"bisect auto-short-2/lossless: fastpath-suite nightly bisect {2:040x} {3:040x} --point auto-short-2 "
             f"--signal structure") in out, out
 
 
@@ -139,7 +139,7 @@ echo '{{"points": {{"auto-short-2/lossless": {{"median": 7}}}}}}' > "$out"
 @pytest.mark.parametrize("count_with", ["own", "this"])
 def test_count_with_this_drives_each_commits_patches_with_this_harness(tmp_path, count_with):
     """--count-with this: the count runs in a folder where `harness` is this checkout's and `fastpath` the commit's
-    (linked), as `python -m harness.speed.<signal>`; own: in the commit's worktree, as `python -m harness <signal>`."""
+    (linked), as `python -m harness.counts.<signal>`; own: in the commit's worktree, as `python -m harness <signal>`."""
     repo, shas = history(tmp_path, [1])
     (repo / "fastpath").mkdir()
     (repo / "fastpath" / "marker.py").write_text("# the commit's patches\n")
@@ -178,7 +178,7 @@ def test_count_with_this_drives_each_commits_patches_with_this_harness(tmp_path,
     asked = log.read_text().split()
     assert seen["fastpath"], "the commit's fastpath/ is where the count runs"
     if count_with == "this":
-        assert asked[1:3] == ["-m", "harness.speed.structure"], asked
+        assert asked[1:3] == ["-m", "harness.counts.structure"], asked
         assert seen["harness"] == bisect.REPO_ROOT / "harness", seen
         assert seen["fastpath_target"].name == "fastpath" and seen["fastpath_target"].parent.name == sha[:12]
     else:

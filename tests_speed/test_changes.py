@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from harness.speed.changes import Rule, cusum_threshold, locate, scan, step_threshold
+from harness.nightly.changes import Rule, cusum_threshold, locate, scan, step_threshold
 
 ESTABLISHED = 20
 
@@ -44,7 +44,7 @@ def test_cusum_threshold_gives_the_in_control_run_length_it_is_set_for():
 def test_the_budget_is_split_over_histories_points_and_rules():
     """alpha is the whole suite's: an equal share for each statistical history it keeps (CPU wall time, CPU
     instructions, GPU wall time), then the history's points, then the two rules."""
-    from harness.speed.changes import STATISTICAL_HISTORIES
+    from harness.nightly.changes import STATISTICAL_HISTORIES
 
     assert len(STATISTICAL_HISTORIES) == 3, STATISTICAL_HISTORIES
     one, ten = Rule(points=1), Rule(points=10)
@@ -210,7 +210,7 @@ def test_nights_not_judged_are_neither_alarms_nor_reference():
 
 
 def test_exact_counts_name_every_change_and_wait_for_a_fix_or_an_acceptance():
-    from harness.speed.changes import scan_exact
+    from harness.nightly.changes import scan_exact
 
     base = {"ops": 100, "bytes": 4096, "flops": 10, "by_kind": {"aten.mm.default": 8, "aten.add.Tensor": 92}}
     more = {**base, "ops": 104, "by_kind": {"aten.mm.default": 12, "aten.add.Tensor": 92}}
@@ -230,7 +230,7 @@ def test_a_changed_mix_of_operators_is_a_change_not_a_speedup():
     """Four adds replaced by four exps: ops, bytes and FLOPs stay equal, the work does not. The change is named by
     operator, stays open (failing the night) until the counts come back or it is accepted, like more work; it was
     called "faster" and noted."""
-    from harness.speed.changes import scan_exact
+    from harness.nightly.changes import scan_exact
 
     base = {"ops": 100, "bytes": 4096, "flops": 10, "by_kind": {"aten.mm.default": 8, "aten.add.Tensor": 92}}
     mixed = {**base, "by_kind": {"aten.mm.default": 8, "aten.add.Tensor": 88, "aten.exp.default": 4}}

@@ -321,7 +321,7 @@ SAVE = ".venv/bin/python -m pytest tests_speed/test_rtf.py --slow --save-baselin
 
 
 def config(strict_inputs: bool):
-    """A pytest config of the strict mode given (harness.strict reads its "strict_inputs" option)."""
+    """A pytest config of the strict mode given (harness.run.strict reads its "strict_inputs" option)."""
     return type("Config", (), {"getoption": staticmethod(lambda name: strict_inputs)})()
 
 

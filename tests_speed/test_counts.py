@@ -9,9 +9,11 @@ import json
 import pytest
 import torch
 
-from harness import strict
-from harness.speed import conditions, instructions, structure
-from harness.speed.changes import differences
+from harness.run import strict
+from harness.speed import conditions
+from harness.counts import instructions
+from harness.counts import structure
+from harness.nightly.changes import differences
 
 
 def test_a_callgrind_dump_gives_its_total(tmp_path):
@@ -79,7 +81,7 @@ def test_a_key_not_stored_fails_and_names_the_record_command(tmp_path, monkeypat
     assert instructions.main(check_command(path)) == 1
     out = capsys.readouterr().out
     assert f"MISSING: no stored counts for device key {other} (stored: {KEY})" in out, out
-    assert f"fastpath-suite instructions --points a --variants stock lossless --record {path}" in out, out
+    assert f"fastpath-suite counts instructions --points a --variants stock lossless --record {path}" in out, out
     assert "summary: FAILED" in out
     assert instructions.main(check_command(path, "--no-strict-inputs")) == strict.NOT_JUDGED
     out = capsys.readouterr().out
@@ -127,9 +129,9 @@ def test_counts_are_gated_both_ways(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "LESS WORK: a/lossless: 891,000 instructions against 900,000 stored (-1.000%, margin 0.200%)" in out, out
     assert "LESS WORK: a: the lossless stack executes 0.89100x" in out, out
-    assert (f"LESS WORK: record the new figure with fastpath-suite instructions --points a --variants stock lossless "
+    assert (f"LESS WORK: record the new figure with fastpath-suite counts instructions --points a --variants stock lossless "
             f"--record {path}") in out, out
-    assert f"fastpath-suite instructions --record {path} --from {tmp_path / 'run.json'}" in out
+    assert f"fastpath-suite counts instructions --record {path} --from {tmp_path / 'run.json'}" in out
     # the fix it names works: recording less work needs no flag, and the rerun passes
     assert instructions.main(["--record", str(path), "--from", str(tmp_path / "run.json"), "--quiet"]) == 0
     assert instructions.main(check_command(path)) == 0
@@ -138,7 +140,7 @@ def test_counts_are_gated_both_ways(tmp_path, monkeypatch, capsys):
     counted(monkeypatch, {"a/stock": 1_000_000, "a/lossless": 900_000})
     assert instructions.main(check_command(path, "--out", str(tmp_path / "back.json"))) == 1
     out = capsys.readouterr().out
-    assert (f"fastpath-suite instructions --points a --variants stock lossless --record {path} --accept-more-work"
+    assert (f"fastpath-suite counts instructions --points a --variants stock lossless --record {path} --accept-more-work"
             in out), out
     before = path.read_text()
     assert instructions.main(["--record", str(path), "--from", str(tmp_path / "back.json"), "--quiet"]) == 1
@@ -208,7 +210,7 @@ def test_a_count_is_made_in_the_context_of_a_whole_run(tmp_path, monkeypatch):
     """Counting one call alone hands the valgrind child every counting point of its size (stock, then the stack, in
     the points' order) to warm up and make in turn, and names the one to count: the calls before a counted call are
     those of a whole run, whatever was asked."""
-    from harness.speed import calls
+    from harness.counts import calls
 
     started = []
 
@@ -235,9 +237,9 @@ def test_a_count_is_made_in_the_context_of_a_whole_run(tmp_path, monkeypatch):
 
 
 def test_the_key_names_no_vendor_and_old_keys_migrate(tmp_path):
-    """Intel's count of auto-short-2 fell within the AMD machines' spread (docs/history.md), so the key no longer
+    """Intel's count of auto-short-2 fell within the AMD machines' spread (docs/nightly.md), so the key no longer
     splits by vendor; keys written with the vendor read as today's, in run files and in a history."""
-    from harness.speed import history
+    from harness.nightly import history
 
     assert instructions.device_key("3.19.0", "AVX2", {"torch": "2.14.1", "omnivoice": "0.2.1"}) == KEY
     for old in ("callgrind-3.19.0-amd-avx2__torch-2.14.1__omnivoice-0.2.1",
@@ -261,8 +263,8 @@ def test_the_stored_counts_are_consistent():
     """baselines/instructions.json: every key in today's form, with both variants' counts of every counting point,
     each stack-to-stock ratio, and a margin for each from the spread of runs on more than one machine kind; the
     results page's table shows these figures, and every run they were recorded from passes the check."""
-    from harness import results
-    from harness.speed import calls
+    from harness.run import results
+    from harness.counts import calls
 
     stored = instructions.load_stored(instructions.BASELINE)
     points = [p.name for p in calls.load_points()]
@@ -320,7 +322,7 @@ def test_structure_counts_the_streams_worker_and_repeats_exactly(model):
     """The stream makes its chunks in a worker thread, which a dispatch mode of the caller's thread does not see:
     the first chunk's counts include the worker's unmasking loop (its LLM forwards and scoring), and a second
     measurement gives the same numbers exactly."""
-    from harness.speed import calls
+    from harness.counts import calls
 
     point = calls.point_named("stream-three-2")
     call = calls.make_call(model, point, "stock", {})
@@ -344,7 +346,7 @@ def test_one_more_operator_in_the_hot_loop_is_named_exactly(model):
     """A change that adds work to every LLM forward is a fact: the operator and how many calls more."""
     from fastpath.instance import overridden
 
-    from harness.speed import calls
+    from harness.counts import calls
 
     point = calls.point_named("auto-short-2")
     call = calls.make_call(model, point, "stock", {})

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import REPO_ROOT, installed
-from harness.speed.changes import check_history
-from harness.speed.dashboard import page_html, summary_markdown
-from harness.speed.history import load_history
+from harness import REPO_ROOT
+
+from harness.run import installed
+from harness.nightly.changes import check_history
+from harness.nightly.dashboard import page_html, summary_markdown
+from harness.nightly.history import load_history
 from tests_speed.test_history import STEADY, nightly
 
 SCREENSHOT = REPO_ROOT / "out" / "dashboard" / "history.png"  # kept: CI uploads out/
@@ -123,7 +125,7 @@ def test_the_browser_check_sees_a_script_error(browser, tmp_path):
 def test_a_changed_mix_of_exact_counts_is_shown_as_a_failure_and_can_be_accepted(tmp_path, capsys):
     """Four adds turned into four exps (totals equal): the summary and the page show it among the failures, named
     by operator, with the command that accepts it; `history accept` takes it, and the night passes."""
-    from harness.speed.history import History, Night, main, night_id, save_history
+    from harness.nightly.history import History, Night, main, night_id, save_history
 
     def night(day: int, by_kind: dict) -> Night:
         points = {"c": {"metric": "ops", "samples": [100.0],

@@ -10,7 +10,7 @@ from harness.speed import floors
 
 def test_no_floor_measures_once_and_is_not_judged_with_the_entry_to_add(monkeypatch):
     """A floor is a figure of the machine that measured it: where none is recorded the gate is not judged, in
-    either mode (harness.strict.not_judged), the figure and the entry under the full size in the reason."""
+    either mode (harness.run.strict.not_judged), the figure and the entry under the full size in the reason."""
     monkeypatch.setattr(floors, "ratio_floor", lambda key, size, name: None)
     calls = []
 

@@ -16,7 +16,7 @@ import torch
 
 import fastpath
 from fastpath.gpu import compiled, graphs
-from harness.points import point
+from harness.model.points import point
 from harness.speed.measure import (
     Variant,
     batch_vs_each,

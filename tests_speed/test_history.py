@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from harness.speed.baselines import save_baseline
-from harness.speed.history import HistoryError, accept, append, load_history, main, night_id, save_history
+from harness.nightly.history import HistoryError, accept, append, load_history, main, night_id, save_history
 
 KEY = "cpu-test-avx2-2c-2t__torch-2.14.1__omnivoice-0.2.1"
 
@@ -132,7 +132,7 @@ def test_a_bad_history_is_refused_naming_the_fix(tmp_path, damage, phrases):
 
 
 def test_a_missing_history_names_the_command_that_starts_one(tmp_path):
-    with pytest.raises(HistoryError, match="fastpath-suite history append"):
+    with pytest.raises(HistoryError, match="fastpath-suite nightly append"):
         load_history(tmp_path / "none.json")
 
 
@@ -196,7 +196,7 @@ def test_accept_refuses_an_unknown_point_or_night_and_an_empty_reason(tmp_path):
 
 def test_the_cli_exits_2_with_the_fix_on_bad_input(tmp_path, capsys):
     assert main(["check", str(tmp_path / "none.json")]) == 2
-    assert "fastpath-suite history append" in capsys.readouterr().err
+    assert "fastpath-suite nightly append" in capsys.readouterr().err
     bad = tmp_path / "bad.json"
     bad.write_text("[]")
     assert main(["append", str(tmp_path / "h.json"), str(bad)]) == 2
@@ -253,7 +253,7 @@ def test_nights_not_judged_in_a_row_fail_past_the_historys_limit(tmp_path, capsy
     file, 7 unless set); the night that passes it fails (exit 1), naming the point, the streak, the limit and what
     to do, and a quiet night ends the streak. Busy nights used to exit 3 for ever: a slowdown landing in a busy
     stretch was never judged."""
-    from harness.speed.history import NOT_JUDGED_LIMIT
+    from harness.nightly.history import NOT_JUDGED_LIMIT
 
     history = nightly(tmp_path, STEADY)
     assert json.loads(history.read_text())["not_judged_limit"] == NOT_JUDGED_LIMIT
@@ -324,7 +324,7 @@ def test_each_statistical_history_spends_its_share_of_the_suites_alpha(tmp_path,
     with more statistical histories than the suite declares is refused."""
     import statistics
 
-    from harness.speed.changes import ALPHA, STATISTICAL_HISTORIES, Rule, check_history, predictive, step_threshold
+    from harness.nightly.changes import ALPHA, STATISTICAL_HISTORIES, Rule, check_history, predictive, step_threshold
 
     steady = [float(np.exp(0.02 * v)) for v in np.random.default_rng(3).standard_normal(20)]
     x = np.log(steady)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import fastpath
-from harness.points import point
+from harness.model.points import point
 from harness.speed.measure import cuda_memory_over_calls
 
 CALLS = 10
@@ -43,7 +43,7 @@ def test_rss_does_not_grow_over_repeated_calls(model, patches):
 @pytest.mark.cuda
 @pytest.mark.parametrize("patches", [(), tuple(fastpath.LOSSLESS)], ids=["stock", "fastpath"])
 def test_cuda_memory_is_flat_over_repeated_calls(checkpoint, patches):
-    from harness.checkpoint import load_model
+    from harness.model.checkpoint import load_model
 
     model = load_model(checkpoint, device="cuda", dtype=torch.bfloat16)
     kwargs = point("clone6-medium-16").generate_kwargs(model)

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 import torch
 
-from harness.checkpoint import load_model
-from harness.installed import require_module
-from harness.points import PARITY, load_points
+from harness.model.checkpoint import load_model
+from harness.run.installed import require_module
+from harness.model.points import PARITY, load_points
 from harness.speed import bench
 
 

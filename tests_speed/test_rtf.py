@@ -2,9 +2,9 @@
 
 A clock figure is a fact about the machine that measured it: floors (baselines/ratio_floors.json) are stored per
 hardware key (CPU model, instruction set, cores, threads: `machine.hardware_key`), baselines per device key. On a
-machine with none recorded the test measures and is not judged (harness.strict.not_judged, in either mode), the
+machine with none recorded the test measures and is not judged (harness.run.strict.not_judged, in either mode), the
 figure and how to record it in the reason: it neither passes nor fails on a number from another machine. A baseline
-file of this machine that lacks a measured point is a missing input (harness.strict.missing: a failure naming the
+file of this machine that lacks a measured point is a missing input (harness.run.strict.missing: a failure naming the
 command that records it), said only after every point it has was judged. The clock-free gate of the default run is
 the work counters (tests_speed/test_work_counters.py). The tiny checkpoint is not timed here: its ratios measure
 per-call overhead (0.94x on an AVX2 machine, 1.30x on an AVX-512 one, same code), not the patches.
@@ -20,9 +20,9 @@ import pytest
 
 import fastpath
 from harness import REPO_ROOT
-from harness.installed import require_module
-from harness.machine import device_key, hardware_key, machine_info
-from harness.points import point
+from harness.run.installed import require_module
+from harness.run.machine import device_key, hardware_key, machine_info
+from harness.model.points import point
 from harness.speed import bench
 from harness.speed.baselines import PointSamples, add_points
 from harness.speed.compare import gate_on_baseline

@@ -18,8 +18,8 @@ import pytest
 import fastpath
 from fastpath.instance import overridden
 from harness import REPO_ROOT
-from harness.machine import device_key, hardware_key, machine_info
-from harness.points import point
+from harness.run.machine import device_key, hardware_key, machine_info
+from harness.model.points import point
 from harness.speed.baselines import BaselineError, PointSamples, add_points, load_baseline, read_run
 from harness.speed.compare import gate_on_baseline, judge_points
 from harness.speed.floors import gated_ratio

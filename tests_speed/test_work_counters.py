@@ -17,8 +17,9 @@ import torch
 
 import fastpath
 from fastpath import loop
-from harness import REPO_ROOT, strict
-from harness.parity import POINTS
+from harness import REPO_ROOT
+from harness.run import strict
+from harness.parity.parity import POINTS
 from harness.speed import measure
 from harness.speed.measure import count_work, sequence_lengths
 

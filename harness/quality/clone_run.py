@@ -1,6 +1,6 @@
 """Generate an evaluation set's items into a folder of wavs, the field's way (Seed-TTS-eval scores a folder of
 `<utt>.wav`), in whichever environment runs it: the version-bump gate runs it in the candidate's venv and in the
---against one, then judges the two folders item by item (harness.gate, check "quality-set").
+--against one, then judges the two folders item by item (harness.gate.gate, check "quality-set").
 
     python -m harness.quality.clone_run SET OUT --checkpoint PATH [--synth omnivoice]
     python -m harness.quality.clone_run SET OUT --synth espeak
@@ -47,7 +47,7 @@ def omnivoice_clips(eval_set, checkpoint, device: str = "cpu", num_step: int | N
     import torch
 
     import fastpath
-    from harness.checkpoint import load_model
+    from harness.model.checkpoint import load_model
 
     model = model if model is not None else load_model(checkpoint, device=device)
     if stack:

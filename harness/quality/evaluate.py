@@ -33,7 +33,7 @@ from .stats import (DEFAULT_MARGIN_POINTS, MOS_FIELDS, MOS_MARGIN, SIM_MARGIN, S
 # decides in the end: with fewer than it needs the verdict is "underpowered: need N" (--quality-seeds N).
 HOLDOUT_SEEDS = 40
 from harness import REPO_ROOT
-from harness.machine import tree_digest
+from harness.run.machine import tree_digest
 
 SOURCES = (".py", ".json")  # what of a package's folder is its code (code_identity)
 
@@ -97,7 +97,7 @@ def code_identity(model, synthesize: Callable | None = None) -> dict:
 
     import fastpath
     from fastpath import loop, registry
-    from harness import machine
+    from harness.run import machine
 
     first = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
     own = getattr(model, "__dict__", {})  # what fastpath put on this instance

@@ -144,7 +144,7 @@ def judge_identity(path: Path, compute_type: str) -> str:
     CTranslate2 versions) and the instruction set it runs (CTranslate2 picks its kernels by the CPU's, and
     CT2_FORCE_CPU_ISA caps it). Transcript caches are keyed by it and wer.score_set refuses to compare sets judged
     under two identities (JudgeMismatch), so an upgraded engine never meets another engine's cached transcripts."""
-    from harness import machine
+    from harness.run import machine
 
     return json.dumps(
         {"model": path.name if path.name != "model" else path.parent.name + "/model",

@@ -92,7 +92,7 @@ class MosJudge:
 
 
 def identity() -> str:
-    from harness import machine
+    from harness.run import machine
 
     root = model_dir()
     digests = {rel: file_sha256(root / rel)[:16] for rel in MODELS}

@@ -9,7 +9,7 @@ serial comparison (evaluate.decide on evaluate.judge_figures' figures: a clip's 
 judged beside it), so the sharded verdict is the serial one.
 
 A worker that dies, or an item whose judging fails, is named with its items, exit and log (ShardFailure); no item
-is dropped and no verdict is given without every item. Workers run on harness.workers' engines: processes on this
+is dropped and no verdict is given without every item. Workers run on harness.run.workers' engines: processes on this
 machine (one GPU each with `gpus`), or Ray tasks on a cluster (docs/sharding.md).
 
     python -m harness.quality.shards judge SET REF_DIR CAND_DIR --shard K/N --out FILE [--metrics wer,sim,mos]
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.workers import Job, run_jobs
+from harness.run.workers import Job, run_jobs
 
 
 class ShardFailure(RuntimeError):

@@ -340,7 +340,7 @@ def gate(ref: ScoredSet, cand: ScoredSet, margin_points: float = DEFAULT_MARGIN_
 
 # Margins of the judged scores, higher is better for both: a candidate passes iff the lower confidence bound of
 # Δ = candidate - reference is above -margin. Each value with its reason (measured on espeak-ng speech, the table
-# of `fastpath-suite known-answer --metric sim|mos`, docs/quality.md).
+# of `fastpath-suite audit known-answer --metric sim|mos`, docs/quality.md).
 SIM_MARGIN = 0.02
 SIM_MARGIN_REASON = ("GE2E cosine; on espeak-ng speech a pitch-and-formant shift of x1.02 costs 0.008, x1.05 0.042 "
                      "and espeak's m2 or m7 variant in place of m1 about 0.1, while the same voice saying another "

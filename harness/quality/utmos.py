@@ -61,7 +61,7 @@ def load(weights: str) -> UtmosJudge:
         from utmos_pytorch.utmos_torch import UTMOSModel, UTMOSScoreTorch, remove_weight_norm_for_jit
     except ImportError as err:
         raise ImportError("the UTMOS judge needs utmos-pytorch: pip install -e . --group quality") from err
-    from harness import machine
+    from harness.run import machine
 
     path = Path(weights).expanduser()
     if not path.is_file():

@@ -16,7 +16,7 @@ Per clip of a set (`sim_scores`):
     reference does (a clip against itself would score 1.0 and leave nothing to compare with).
 
 A stream keeps its voice (`seam_check`): SIM between consecutive chunks of one stream, refused below
-SEAM_FLOOR at any seam (auto voice can change between chunks; measured in `fastpath-suite known-answer --metric
+SEAM_FLOOR at any seam (auto voice can change between chunks; measured in `fastpath-suite audit known-answer --metric
 stream`).
 """
 
@@ -86,7 +86,7 @@ def weights_path() -> Path:
 
 
 def identity() -> str:
-    from harness import machine
+    from harness.run import machine
 
     path = weights_path()
     return json.dumps({"judge": "resemblyzer GE2E", "resemblyzer": machine.package_version("resemblyzer"),

@@ -74,7 +74,7 @@ def load(folder: str) -> WavLMJudge:
     provide one)."""
     from transformers import AutoFeatureExtractor, WavLMForXVector
 
-    from harness import machine
+    from harness.run import machine
 
     path = Path(folder).expanduser()
     if not path.is_dir():

@@ -1,10 +1,11 @@
-"""Speed-tier support: who measured (machine), what was kept (baselines), and whether it got slower (compare).
+"""Per-change speed: time a change against stock and against stored baselines.
 
-- ``machine``: hardware and software description of this machine, and the device key that names its baseline.
-- ``baselines``: the baseline file format (``baselines/<device_key>.json``), atomic save and strict load, and
-  reading pytest-benchmark ``--benchmark-json`` files into the same per-point samples.
-- ``compare``: the regression rule (median slowdown above a factor AND a one-sided Mann-Whitney U test), the
-  per-point verdicts, and the ``fastpath-suite compare`` report CLI.
+`bench` (interleaved rounds of variants at points, `measure` underneath), `baselines` (the stored figures per
+device key), `compare` (the regression rule: median slowdown above a factor AND a one-sided Mann-Whitney U test),
+`floors` (same-run ratio floors), `stability` (the rule that calls a figure unstable instead of printing it),
+`conditions` (what a run ran beside), and the timed jobs `streaming` (time to first audio), `service` (memory over
+many calls) and `prefix` (the approximate prefix-KV cache). Jobs: `fastpath-suite bench|grid|compare|stream|memory|
+prefix`. Docs: docs/speed.md.
 
 Nothing here imports torch or the model at import time.
 """

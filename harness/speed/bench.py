@@ -43,12 +43,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import fastpath
-from harness.checkpoint import load_model, resolve_checkpoint
-from harness.cli import int_at_least
-from harness.devices import DTYPE_NAMES, torch_dtype
-from harness.machine import device_key, machine_info, summary
+from harness.model.checkpoint import load_model, resolve_checkpoint
+from harness.run.cli import int_at_least
+from harness.model.devices import DTYPE_NAMES, torch_dtype
+from harness.run.machine import device_key, machine_info, summary
 from harness.speed.measure import Variant, count_work, interleaved_variants
-from harness.points import point
+from harness.model.points import point
 
 DTYPES = tuple(DTYPE_NAMES)
 PEERS_INSTALL = ("pip install -e '.[peers]' (omnivoice-fastpath==0.1.0 and omnivoice-tts-inference==0.1.0, the "
@@ -70,7 +70,7 @@ class Peer:
 
     def cannot_run(self, point_name: str) -> str | None:
         """Why this peer cannot run a point of fixtures/points.json, or None."""
-        from harness.points import load_spec, point
+        from harness.model.points import load_spec, point
 
         p, spec = point(point_name), load_spec()
         if not self.voice_cloning and spec["voices"][p.voice].get("ref"):
@@ -156,7 +156,7 @@ def load_peer_model(name: str, ckpt, device: str, dtype: str):
     """A peer's own model class loaded from the checkpoint folder, the way its README loads one."""
     model = getattr(peer_module(name), PEERS[name].model_class).from_pretrained(
         str(ckpt.path), device_map=device, dtype=torch_dtype(dtype))
-    # its loader leaves the folder unrecorded; transformers' from_pretrained records it, and harness.points reads it
+    # its loader leaves the folder unrecorded; transformers' from_pretrained records it, and harness.model.points reads it
     # to tell a built checkpoint (no silence trimming on random weights) from a real one
     model.config.name_or_path = str(ckpt.path)
     return model
@@ -221,8 +221,8 @@ def runnable(variants: dict, name: str) -> dict:
 def run_variant_bench(variants: dict, names, rounds: int, steps: int | None = None, progress=None) -> dict:
     """Points x variants (name -> measure.Variant), interleaved; voice prompts encoded once with the first model.
     A variant that cannot run a point (`cannot_run`) is left out of that point's results. `progress`
-    (harness.progress.Progress) shows a step per timed call."""
-    from harness.progress import QUIET
+    (harness.run.progress.Progress) shows a step per timed call."""
+    from harness.run.progress import QUIET
 
     check_points(variants, names)
     progress = progress or QUIET
@@ -326,7 +326,7 @@ def baseline_points(results: dict, specs: dict, checkpoint: str) -> dict:
 
 
 def build_parser(prog: str = "fastpath-suite bench", **defaults) -> argparse.ArgumentParser:
-    from harness import results
+    from harness.run import results
 
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -354,7 +354,7 @@ def grid_parser() -> argparse.ArgumentParser:
     """`fastpath-suite grid`: bench over every speed point of fixtures/points.json, full size, stock against the
     public package and the lossless stack, 8 steps (every step has the same shapes, so the variants' ratio is the
     one at any count, less the fixed costs of encoding and decoding), with the FLOP bound."""
-    from harness.points import load_points
+    from harness.model.points import load_points
 
     return build_parser("fastpath-suite grid", size="full", num_step=8, rounds=3, bound=True,
                         variants=["stock", "peer", "lossless"],
@@ -388,8 +388,8 @@ def render_results(figures: dict) -> str:
 
 
 def main(argv=None, parser: argparse.ArgumentParser | None = None, kind: str = "bench") -> int:
-    from harness import results as results_files
-    from harness.progress import Progress
+    from harness.run import results as results_files
+    from harness.run.progress import Progress
 
     from harness.speed import conditions
 

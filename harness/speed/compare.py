@@ -252,13 +252,13 @@ def gate_on_baseline(config, path, device_key: str, measured: dict, command: str
     """A pytest speed test's gate against this machine's stored baseline (`baselines/<device key>.json` at `path`).
 
     No file for this device key: not judged in either mode (a wall-time figure can only be recorded on the machine
-    it describes; `command` records it: harness.strict.not_judged). A corrupt or foreign file: BaselineError, an
+    it describes; `command` records it: harness.run.strict.not_judged). A corrupt or foreign file: BaselineError, an
     error, never a pass. Then `judge_points`: a regression fails the test whatever else is missing; after it, a
-    measured point the file lacks is a missing input (harness.strict.missing: fails naming `command`, or not judged
+    measured point the file lacks is a missing input (harness.run.strict.missing: fails naming `command`, or not judged
     under --no-strict-inputs). config: the pytest config (the strict mode)."""
     import pytest
 
-    from harness import strict
+    from harness.run import strict
     from harness.speed.baselines import load_baseline
 
     path = Path(path)
@@ -441,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     unstable = [v.name for v in verdicts if v.verdict == "unstable"]
     if unstable:
-        from harness.machine import load_average
+        from harness.run.machine import load_average
         from harness.speed.stability import MAX_SAMPLE_SPREAD, advice
 
         print(f"UNSTABLE: {', '.join(unstable)}: a side's samples spread more than {MAX_SAMPLE_SPREAD:.0%} of their "

@@ -9,7 +9,7 @@ waited for a CPU. A wall-time night measured beside competing work is recorded b
   over its threads (/proc/<pid>/task/*/schedstat: run_delay over cpu_time).
 
 `busy(conditions)` says why a night is not fit to judge wall time by, or None. Its bounds (`BOUNDS`) sit between
-what a quiet machine and one with a busy neighbour at the same priority measured here (docs/history.md). A missing
+what a quiet machine and one with a busy neighbour at the same priority measured here (docs/nightly.md). A missing
 counter (another OS, a container without /proc) is recorded as None and judged by the others.
 """
 

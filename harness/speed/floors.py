@@ -1,13 +1,15 @@
 """Same-run ratio floors (baselines/ratio_floors.json): a ratio of two variants timed interleaved in one run, gated
 per hardware key and checkpoint size, since a clock figure from one machine is not a fact about another. A floor
 not recorded for this machine can only be recorded by measuring on it: such a gate is not judged
-(harness.strict.not_judged), the figure measured here and the entry that records it in the reason."""
+(harness.run.strict.not_judged), the figure measured here and the entry that records it in the reason."""
 
 from __future__ import annotations
 
 import json
 
-from harness import REPO_ROOT, strict
+from harness import REPO_ROOT
+
+from harness.run import strict
 from harness.speed.baselines import BaselineError
 
 FLOORS_FILE = REPO_ROOT / "baselines" / "ratio_floors.json"

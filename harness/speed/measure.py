@@ -21,7 +21,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import fastpath
 from fastpath.gpu import synchronize
 from fastpath.instance import overridden
-from harness.machine import load_average
+from harness.run.machine import load_average
 
 
 def timed_generate(model, seed: int | None, **kwargs) -> tuple:
@@ -319,7 +319,7 @@ def stack_packs(model, point_name: str) -> bool:
     """Whether the lossless stack packs this point's rows on this machine (fastpath.loop.packed_counts), or runs
     stock's layout for want of a row count with stock's bits (then it does stock's arithmetic)."""
     from fastpath import loop
-    from harness.points import point
+    from harness.model.points import point
 
     c_lens, t_lens = sequence_lengths(model, point(point_name).generate_kwargs(model, {}))
     return loop.packed_counts(model, c_lens, t_lens, sliced_heads=True) is not None
@@ -329,7 +329,7 @@ def batch_vs_each(model, batch_point: str, patches, rounds: int) -> dict:
     """A point's texts as one batch and one call each (`<point>` and `<point>-each`), alternating batch, each,
     batch, each ... on one model with `patches`, after one warm-up each: {"batch": Samples, "each": Samples}.
     The two make the same speech, so RTF(each) / RTF(batch) is the batch's throughput over batch 1."""
-    from harness.points import point
+    from harness.model.points import point
 
     prompts: dict = {}
     calls = {"batch": point(batch_point).generate_kwargs(model, prompts),

@@ -22,9 +22,9 @@ import torch
 
 import fastpath
 from fastpath import loop
-from harness.cli import int_at_least
-from harness.parity import kept_tokens
-from harness.points import point
+from harness.run.cli import int_at_least
+from harness.parity.parity import kept_tokens
+from harness.model.points import point
 from harness.speed.measure import timed_generate
 
 
@@ -59,7 +59,7 @@ def agreement(model, kwargs: dict, refresh: int, seeds) -> float:
 
 
 def measure(model, name: str, refreshes, rounds: int, seeds, progress=None) -> dict:
-    from harness.progress import QUIET
+    from harness.run.progress import QUIET
 
     kwargs = point(name).generate_kwargs(model)
     steps = kwargs["num_step"]
@@ -112,12 +112,12 @@ def render_results(figures: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from harness.checkpoint import load_model, resolve_checkpoint
-    from harness.machine import machine_info
+    from harness.model.checkpoint import load_model, resolve_checkpoint
+    from harness.run.machine import machine_info
 
-    from harness import results
-    from harness.progress import Progress
-    from harness.machine import load_average
+    from harness.run import results
+    from harness.run.progress import Progress
+    from harness.run.machine import load_average
 
     parser = argparse.ArgumentParser(prog="fastpath-suite prefix", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)

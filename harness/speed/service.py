@@ -20,8 +20,9 @@ import json
 import sys
 from pathlib import Path
 
-from harness.cli import add_model_arguments, int_at_least, load_model_of
-from harness.progress import Progress
+from harness.model.checkpoint import add_model_arguments, load_model_of
+from harness.run.cli import int_at_least
+from harness.run.progress import Progress
 
 FLAT_MIB = {"allocated": 1.0, "reserved": 64.0, "rss": 48.0}  # growth after the warm-up still called flat: allocated
 # bytes return to one level (a leaked activation is MiB); the allocator may reserve one more block of its 2-64 MiB
@@ -29,7 +30,7 @@ FLAT_MIB = {"allocated": 1.0, "reserved": 64.0, "rss": 48.0}  # growth after the
 
 
 def texts() -> list:
-    from harness.points import load_spec
+    from harness.model.points import load_spec
 
     return load_spec()["texts"]["mixed8"]
 
@@ -95,7 +96,7 @@ def main(argv=None) -> int:
         parser.error(f"--warmup {args.warmup} leaves no call of --calls {args.calls} to judge")
 
     import fastpath
-    from harness.machine import machine_info
+    from harness.run.machine import machine_info
 
     progress = Progress("memory", args.quiet)
     checkpoint, model = load_model_of(args)

@@ -14,7 +14,7 @@ each side's relative spread, IQR / median of its samples, against MAX_SAMPLE_SPR
 The load average (1-minute, os.getloadavg) is read after every timed call and the highest value is named in the
 message, so the reader sees why; it does not enter the rule.
 
-`fastpath-suite stability` (harness/speed/under_load.py) measures how often the rule calls a quiet machine's run
+`fastpath-suite audit stability` (harness/audit/under_load.py) measures how often the rule calls a quiet machine's run
 unstable and how often a run disturbed by intermittent load passes as stable; its results file is rendered in
 docs/results.md.
 """

@@ -142,9 +142,10 @@ def table(results: dict) -> str:
 
 
 def main(argv: list | None = None) -> int:
-    from harness import results as results_files
-    from harness.cli import add_model_arguments, int_at_least, load_model_of
-    from harness.progress import Progress
+    from harness.run import results as results_files
+    from harness.model.checkpoint import add_model_arguments, load_model_of
+    from harness.run.cli import int_at_least
+    from harness.run.progress import Progress
 
     parser = argparse.ArgumentParser(prog="fastpath-suite stream", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -162,8 +163,8 @@ def main(argv: list | None = None) -> int:
     progress = Progress("stream", args.quiet)
 
     import fastpath
-    from harness.machine import machine_info
-    from harness.points import load_points
+    from harness.run.machine import machine_info
+    from harness.model.points import load_points
 
     checkpoint, model = load_model_of(args)
     variants = {name: VARIANTS[name] for name in args.variants}

@@ -1,0 +1,619 @@
+"""Mutation testing of the patches: how much of a change to `fastpath/` the suite's tests catch.
+
+The engine is mutmut (3.8.1, pinned): it writes every mutant of a function beside the original behind a
+trampoline, learns which tests call each function (its "stats" run), and runs each mutant against those tests
+only, stopping at the first failure, in a process forked from a server that has imported torch once, with a limit
+of CPU time per mutant. docs/mutants.md says why mutmut and not cosmic-ray, and how each figure is measured.
+
+Stages of `fastpath-suite audit mutants`:
+
+    prepare       a work folder (.cache/mutants/) holding this checkout's files and mutmut's setup.cfg
+    generate      every mutant of MODULES, each with its function, the source line it changes and its diff
+    choose        a seeded sample (--sample N --seed S), or the mutants of the lines changed since a commit
+                  (--changed-since REF; `auto`: the merge base with main, or the last commit on main itself)
+    run_mutants   `mutmut run NAME...` with progress (done, killed, survived, timed out, about how long is left)
+    judge         the score: killed / (killed + survived) with its exact (Clopper-Pearson) 95% interval, every
+                  survivor with its diff and the tests that ran, every timeout; mutants listed in
+                  fixtures/mutants/equivalent.json (each with its reason) are left out, and an entry that matches
+                  no mutant any more is an error
+
+Exit status: 0 no survivor (or the score reaches --min-score), 1 a survivor (its diff and the command to run it
+again are printed), 2 bad input (a stale equivalent, a base that does not resolve, mutmut's clean run failing),
+3 not judged (mutants left unrun within --budget).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import random
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from harness.run import strict
+from harness.run.progress import Progress, clock
+
+ROOT = Path(__file__).resolve().parents[2]
+ENGINE = "mutmut==3.8.1"
+# what the sample draws from: the lossless patches and the loop, the prompt cache, streaming, the registry's apply
+# and revert and the instance helpers they use
+MODULES = ("fastpath/loop.py", "fastpath/registry.py", "fastpath/instance.py", "fastpath/prompt_cache.py",
+           "fastpath/streaming.py")
+# the tests a mutant is held to (the default run's, without --slow): the tiers that apply the patches, and the
+# golden outputs. The rest of tests_harness and tests_quality test the harness, not fastpath.
+TESTS = ("tests_patches", "tests_parity", "tests_speed", "tests_harness/test_goldens.py")
+EQUIVALENT = ROOT / "fixtures" / "mutants" / "equivalent.json"
+# imported once by mutmut's fork server. Not fastpath, harness or the tests: the registry builds its table of
+# patches at import, so each mutant's process imports them afresh with its mutant active.
+PRELOAD = ("torch", "transformers", "omnivoice", "numpy", "scipy", "soundfile", "pytest")
+# mutmut's exit codes per mutant -> what the score counts (mutmut.stats.status_by_exit_code)
+KILLED, SURVIVED, TIMEOUT, NO_TESTS, OTHER = "killed", "survived", "timeout", "no tests", "not judged"
+STATUS = {1: KILLED, 3: KILLED, -11: KILLED, -9: KILLED, 0: SURVIVED, 5: NO_TESTS, 33: NO_TESTS,
+          36: TIMEOUT, 24: TIMEOUT, -24: TIMEOUT, 152: TIMEOUT, 255: TIMEOUT}
+# functions that run when fastpath is imported (the registry's table of patches): mutmut's stats run credits their
+# calls to whichever test imported fastpath first, so their mutants meet the wrong tests; not judged, and listed
+IMPORT_TIME = {("fastpath/registry.py", "_lazy"), ("fastpath/registry.py", "_loop"),
+               ("fastpath/registry.py", "_register")}
+MULTIPLIER, CONFIRM = 4, 3
+# one thread per worker: two workers of torch's two threads on two cores ran tests_patches/test_registry.py in 80 s
+# each, against 30 s at one thread each (and 25 s for one run alone), so mutants timed out that would have passed
+THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+COMPLETED = re.compile(r"Completed (\S+): exit=(-?\d+) \(([\d.]+)s\)")
+
+
+class MutantsError(RuntimeError):
+    """Bad input to the mutation run; the message names the fix."""
+
+
+@dataclass
+class Mutant:
+    name: str  # mutmut's: fastpath.registry.x_apply__mutmut_12
+    path: str  # fastpath/registry.py
+    function: str  # apply, or PromptCache.put
+    lines: list  # the source lines (1-based, this checkout) the mutant changes
+    before: str  # the first changed line, stripped
+    after: str  # what the mutant puts there, stripped ("" when it removes the line)
+    diff: str
+    status: str = ""
+    seconds: float | None = None
+    tests: list = field(default_factory=list)
+
+
+# --- prepare --------------------------------------------------------------------------------------------------------
+
+def work_folder() -> Path:
+    from harness.model.checkpoint import cache_dir
+
+    return cache_dir() / "mutants"
+
+
+def prepare(work: Path, tests=TESTS, source: Path = ROOT, modules=MODULES) -> Path:
+    """A fresh work folder: this checkout's files (tracked and untracked, not ignored, as they are on disk) and a
+    setup.cfg with mutmut's settings. mutmut writes its mutants/ there, never into the checkout."""
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=source, check=True,
+                            capture_output=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        src = source / name
+        if not src.is_file():
+            continue  # deleted in the working tree
+        dst = work / name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+    tops = sorted({Path(name).parts[0] for name in filter(None, listed) if (work / name).exists()}
+                  - {"fastpath", "setup.cfg"})
+    (work / "mutation-preload.txt").write_text("\n".join(PRELOAD) + "\n")
+    lines = ["[mutmut]", "source_paths = fastpath", "only_mutate ="] + [f"    {m}" for m in modules]
+    lines += ["also_copy ="] + [f"    {t}" for t in tops]
+    lines += ["pytest_add_cli_args_test_selection ="] + [f"    {t}" for t in tests]
+    lines += ["pytest_add_cli_args =", "    -p", "    no:cacheprovider",
+              # torch: plain fork deadlocks in libgomp; the fork server forks from a process with no OpenMP team
+              "process_isolation = forkserver", "forkserver_warmup = import",
+              "preload_modules_file = mutation-preload.txt",
+              # each mutant's run also pays pytest's session start (the shared-state record, module fixtures); a
+              # mutant that hangs (a stream waiting for a worker it stopped) uses no CPU, so mutmut's wall limit,
+              # (tests' time + constant) x multiplier, is what ends it: 4 instead of mutmut's 15 (a timeout is
+              # confirmed alone at CONFIRM x that limit before it counts, run_mutants)
+              "timeout_constant = 10", f"timeout_multiplier = {MULTIPLIER}", "log_to_file = true", ""]
+    (work / "setup.cfg").write_text("\n".join(lines))
+    return work
+
+
+# --- generate -------------------------------------------------------------------------------------------------------
+
+def generate(work: Path, modules=MODULES) -> list:
+    """Every mutant of `modules` (mutmut's generation, in a child process in the work folder)."""
+    code = f"import harness.audit.mutants as m; m._generate_here({list(modules)!r})"
+    done = subprocess.run([sys.executable, "-c", code], cwd=work,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise MutantsError(f"mutmut could not generate the mutants (exit {done.returncode}):\n"
+                           f"{done.stderr[-3000:]}\ncheck that {ENGINE} is installed (scripts/install.sh)")
+    return [Mutant(**row) for row in json.loads(done.stdout.splitlines()[-1])]
+
+
+def _generate_here(modules) -> None:
+    """In the work folder: mutmut writes mutants/, then one JSON line describes every mutant."""
+    import contextlib
+    import io
+
+    from mutmut.__main__ import create_mutants
+    from mutmut.mutation.trampoline import set_mutant_under_test
+    from mutmut.utils.file_utils import copy_also_copy_files, copy_src_dir, setup_source_paths
+
+    set_mutant_under_test("mutant_generation")
+    with contextlib.redirect_stdout(io.StringIO()):
+        Path("mutants").mkdir(exist_ok=True)
+        copy_src_dir()
+        copy_also_copy_files()
+        setup_source_paths()
+        create_mutants(os.cpu_count() or 1)
+    import libcst as cst
+
+    rows = []
+    for path in modules:
+        meta = json.loads((Path("mutants") / (path + ".meta")).read_text())
+        wrapper = cst.metadata.MetadataWrapper(cst.parse_module(Path(path).read_text()))
+        positions = wrapper.resolve(cst.metadata.PositionProvider)
+        parsed = (wrapper.module, positions, cst.parse_module((Path("mutants") / path).read_text()))
+        for name in meta["exit_code_by_key"]:
+            rows.append(asdict(describe(name, path, parsed)))
+    print(json.dumps(rows))
+
+
+def describe(name: str, path: str, parsed: tuple) -> Mutant:
+    """The mutant's function, the lines of the original file it changes and its diff (as `mutmut show` prints it).
+    `parsed`: (the original file as a libcst module, its positions, mutmut's mutated file)."""
+    import libcst as cst
+    from mutmut.mutation.diff_apply import read_mutant_function
+    from mutmut.utils.format_utils import orig_function_and_class_names_from_key
+
+    function, cls = orig_function_and_class_names_from_key(name)
+    module, positions, mutated = parsed
+    target = _find(module, function, cls)
+    if target is None:
+        raise MutantsError(f"{path}: no function {cls + '.' if cls else ''}{function} for mutant {name}")
+    mutant = read_mutant_function(mutated, name).with_changes(name=cst.Name(function))
+    old_code, new_code = module.code_for_node(target), module.code_for_node(mutant)
+    first = positions[target].start.line - len(target.leading_lines)  # the file's line of old_code's first line
+    old_lines, new_lines = old_code.splitlines(), new_code.splitlines()
+    lines, before, after = [], "", ""
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        lines += [first + i for i in range(i1, i2)] or [first + i1 - 1]  # a pure insertion: the line before it
+        if not before and i2 > i1:
+            before = old_lines[i1].strip()
+        if not after and j2 > j1:
+            after = new_lines[j1].strip()
+    diff = "\n".join(difflib.unified_diff(old_code.strip().split("\n"), new_code.strip().split("\n"),
+                                          fromfile=path, tofile=path, lineterm=""))
+    return Mutant(name=name, path=path, function=f"{cls}.{function}" if cls else function, lines=sorted(set(lines)),
+                  before=before, after=after, diff=diff)
+
+
+def _find(module, function: str, cls: str | None):
+    import libcst as cst
+
+    body = module.body
+    if cls:
+        for node in body:
+            if isinstance(node, cst.ClassDef) and node.name.value == cls:
+                body = node.body.body
+                break
+        else:
+            return None
+    for node in body:
+        if isinstance(node, cst.FunctionDef) and node.name.value == function:
+            return node
+    return None
+
+
+# --- equivalent mutants ---------------------------------------------------------------------------------------------
+
+def load_equivalent(path: Path = EQUIVALENT) -> list:
+    """The reviewed list: [{"path", "function", "before", "after", "reason"}], each a mutant that no test can tell
+    from the original."""
+    if not path.exists():
+        return []
+    try:
+        data = json.loads(path.read_text())
+        rows = data["equivalent"]
+        for row in rows:
+            missing = {"path", "function", "before", "after", "reason"} - set(row)
+            if missing or not str(row["reason"]).strip():
+                raise ValueError(f"entry {row} lacks {sorted(missing) or ['a reason']}")
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise MutantsError(f"{path}: not a list of equivalent mutants ({err}); each entry is "
+                           '{"path", "function", "before", "after", "reason"} under "equivalent"') from None
+    return rows
+
+
+def matches(row: dict, mutant: Mutant) -> bool:
+    return (row["path"], row["function"], row["before"], row["after"]) == (mutant.path, mutant.function,
+                                                                           mutant.before, mutant.after)
+
+
+def split_equivalent(mutants: list, rows: list, path: Path = EQUIVALENT) -> tuple:
+    """(mutants to run, equivalent mutants); an entry that matches no mutant any more is an error."""
+    stale = [row for row in rows if not any(matches(row, m) for m in mutants)]
+    if stale:
+        listed = "\n  ".join(f"{r['path']} {r['function']}: {r['before']!r} -> {r['after']!r}" for r in stale)
+        raise MutantsError(f"{path}: {len(stale)} listed equivalent mutant(s) no longer exist (the code changed):\n"
+                           f"  {listed}\nremove each entry, or update it to the mutant it now means and review its "
+                           "reason again")
+    equivalent = [m for m in mutants if any(matches(row, m) for row in rows)]
+    return [m for m in mutants if m not in equivalent], equivalent
+
+
+# --- choose ---------------------------------------------------------------------------------------------------------
+
+def sample(mutants: list, n: int, seed: int) -> list:
+    ordered = sorted(mutants, key=lambda m: m.name)
+    return ordered if n >= len(ordered) else sorted(random.Random(seed).sample(ordered, n), key=lambda m: m.name)
+
+
+def resolve_base(ref: str, source: Path = ROOT) -> str:
+    """The commit a change is measured from. `auto`: the merge base of HEAD with main (origin/main if there is no
+    local main); on main itself, HEAD's first parent: the last change."""
+
+    def git(*args):
+        done = subprocess.run(["git", *args], cwd=source, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    if ref != "auto":
+        commit = git("rev-parse", "--verify", f"{ref}^{{commit}}")
+        if not commit:
+            raise MutantsError(f"--changed-since {ref}: not a commit here; give a branch, tag or commit (or auto)")
+        return commit
+    head = git("rev-parse", "HEAD")
+    for main in ("main", "origin/main"):
+        base = git("merge-base", "HEAD", main)
+        if base:
+            break
+    else:
+        raise MutantsError("--changed-since auto: no main or origin/main to diff against; fetch main, or name the "
+                           "base commit with --changed-since REF")
+    if base == head:
+        base = git("rev-parse", "--verify", "HEAD^")
+        if not base and git("rev-parse", "--is-shallow-repository") == "true":
+            git("fetch", "-q", "--deepen=1")  # a shallow clone: fetch the parent, then look again
+            base = git("rev-parse", "--verify", "HEAD^")
+        if not base:
+            raise MutantsError("--changed-since auto: HEAD is main and has no parent here (a shallow clone?); fetch "
+                               "at least two commits (git fetch --deepen=1) or name the base with --changed-since")
+    return base
+
+
+def changed_lines(base: str, source: Path = ROOT, modules=MODULES) -> dict:
+    """{path: set of line numbers} of MODULES' lines added or changed since `base` (working tree included)."""
+    done = subprocess.run(["git", "diff", "-U0", "--no-color", base, "--", *modules], cwd=source, check=True,
+                          capture_output=True, text=True)
+    out, path = {}, None
+    for line in done.stdout.splitlines():
+        if line.startswith("+++ "):
+            path = line[6:] if line.startswith("+++ b/") else None
+        elif line.startswith("@@") and path:
+            new = line.split()[2]  # +start[,count]
+            start, _, count = new[1:].partition(",")
+            count = int(count) if count else 1
+            out.setdefault(path, set()).update(range(int(start), int(start) + count))
+    return out
+
+
+def touching(mutants: list, lines: dict) -> list:
+    return [m for m in mutants if set(m.lines) & lines.get(m.path, set())]
+
+
+# --- run ------------------------------------------------------------------------------------------------------------
+
+def run_and_confirm(work: Path, mutants: list, children: int, budget: float | None, progress: Progress,
+                    tests=TESTS) -> dict:
+    """run_mutants, then each mutant that timed out once more, alone (one worker) with CONFIRM x the time: only a
+    timeout seen again counts (as killed). One that passes alone is a survivor; one whose second run did not finish
+    within the budget is not judged (ran["unconfirmed"])."""
+    ran = run_mutants(work, mutants, children, budget, progress, tests)
+    ran["unconfirmed"] = []
+    timed_out = [m for m in mutants if m.name in ran["completed"] and STATUS.get(ran["codes"][m.name][0]) == TIMEOUT]
+    if not timed_out:
+        return ran
+    left, rerun = None if budget is None else budget - ran["seconds"], set()
+    if left is None or left > 0:
+        progress.say(f"{len(timed_out)} timeout(s) to confirm: each again alone, with {CONFIRM} x the time")
+        again = run_mutants(work, timed_out, 1, left, progress, tests, multiplier=MULTIPLIER * CONFIRM, stats=False)
+        ran["codes"].update({name: again["codes"][name] for name in again["completed"]})
+        ran["seconds"] += again["seconds"]
+        ran["out_of_time"], rerun = again["out_of_time"], again["completed"]
+    for m in timed_out:
+        if m.name not in rerun:
+            ran["codes"][m.name] = (None, ran["codes"][m.name][1])
+            ran["unconfirmed"].append(m.name)
+    return ran
+
+
+def run_mutants(work: Path, mutants: list, children: int, budget: float | None, progress: Progress,
+                tests=TESTS, multiplier: int = MULTIPLIER, stats: bool = True) -> dict:
+    """`mutmut run` on the named mutants: {"codes": {name: (exit code or None, seconds)}, "tests": mutmut's tests
+    per function, "completed": the names this run finished, "out_of_time", "seconds"}."""
+    log = work / "mutants" / "mutmut-debug.log"
+    if log.exists():
+        log.unlink()
+    config = work / "setup.cfg"
+    config.write_text(re.sub(r"(?m)^timeout_multiplier = .*$", f"timeout_multiplier = {multiplier}",
+                             config.read_text()))
+    from harness.model.checkpoint import cache_dir
+
+    # children started by tests import the mutated fastpath too; built checkpoints are shared with the checkout's
+    env = dict(os.environ, PYTHONPATH=str(work / "mutants"), FASTPATH_CACHE=str(cache_dir()), **THREADS)
+    output = (work / "mutmut-output.txt").open("w")
+    command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children)] + [m.name for m in mutants]
+    progress.say((f"mutmut: stats run of the tests ({', '.join(tests)}), a clean run, then " if stats else
+                  "mutmut: a clean run of their tests, then ") + f"{len(mutants)} mutant(s) on {children} worker(s)")
+    proc = subprocess.Popen(command, cwd=work, env=env, stdout=output, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    started, seen, counts, first = time.monotonic(), {}, {}, None
+    out_of_time = False
+    while True:
+        finished = proc.poll() is not None
+        if log.exists():
+            for name, code, seconds in COMPLETED.findall(log.read_text(errors="replace")):
+                if name not in seen:
+                    first = first or time.monotonic()
+                    seen[name] = (int(code), float(seconds))
+                    status = STATUS.get(int(code), OTHER)
+                    counts[status] = counts.get(status, 0) + 1
+                    spent = time.monotonic() - first
+                    left = spent / len(seen) * (len(mutants) - len(seen))
+                    progress.say(f"{len(seen)}/{len(mutants)} done: " + ", ".join(
+                        f"{counts.get(s, 0)} {s}" for s in (KILLED, SURVIVED, TIMEOUT, NO_TESTS)) +
+                        f"; {clock(time.monotonic() - started)} elapsed, about {clock(left)} left")
+        if finished:
+            break
+        if budget is not None and time.monotonic() - started > budget:
+            out_of_time = True
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            break
+        time.sleep(2)
+    output.close()
+    text = (work / "mutmut-output.txt").read_text(errors="replace")
+    if proc.returncode not in (0, None) and not out_of_time and not seen:
+        raise MutantsError(f"mutmut stopped before running a mutant (exit {proc.returncode}); its output ends:\n"
+                           f"{_tail(text)}\nthe tests must pass on the unmutated code first (pytest {' '.join(tests)})")
+    codes = {}
+    for path in {m.path for m in mutants}:
+        meta = work / "mutants" / (path + ".meta")
+        if meta.exists():
+            data = json.loads(meta.read_text())
+            for name, code in data["exit_code_by_key"].items():
+                codes[name] = (code, data.get("durations_by_key", {}).get(name))
+    stats_file = work / "mutants" / "mutmut-stats.json"
+    tests = json.loads(stats_file.read_text()).get("tests_by_mangled_function_name", {}) if stats_file.exists() else {}
+    return {"codes": codes, "tests": tests, "completed": set(seen), "out_of_time": out_of_time,
+            "seconds": time.monotonic() - started}
+
+
+def _tail(text: str, lines: int = 40) -> str:
+    text = re.sub(r"[^\n]*\r", "", text)  # spinner frames
+    return "\n".join(text.splitlines()[-lines:])
+
+
+# --- judge ----------------------------------------------------------------------------------------------------------
+
+def interval(killed: int, n: int) -> tuple:
+    """Exact (Clopper-Pearson) 95% interval of a proportion."""
+    from scipy.stats import binomtest
+
+    if n == 0:
+        return (0.0, 1.0)
+    ci = binomtest(killed, n).proportion_ci(0.95, method="exact")
+    return (float(ci.low), float(ci.high))
+
+
+def judge(mutants: list, ran: dict) -> dict:
+    for m in mutants:
+        code, seconds = ran["codes"].get(m.name, (None, None))
+        m.status = STATUS.get(code, OTHER) if code is not None else OTHER
+        if (m.path, m.function) in IMPORT_TIME and m.status in (SURVIVED, NO_TESTS):
+            m.status = OTHER  # runs at import: its tests are not known (IMPORT_TIME)
+        m.seconds = seconds
+        m.tests = sorted(ran["tests"].get(m.name.partition("__mutmut_")[0], []))
+    killed = sum(m.status in (KILLED, TIMEOUT) for m in mutants)
+    survived = [m for m in mutants if m.status in (SURVIVED, NO_TESTS)]
+    n = killed + len(survived)
+    low, high = interval(killed, n)
+    return {"killed": killed, "survived": len(survived), "timeouts": sum(m.status == TIMEOUT for m in mutants),
+            "not_judged": sum(m.status == OTHER for m in mutants), "judged": n,
+            "score": killed / n if n else None, "interval": [low, high]}
+
+
+def rerun_command(m: Mutant) -> str:
+    return (f"fastpath-suite audit mutants --names {m.name}   # or, in {work_folder() / 'work'}: "
+            f"python -m mutmut run {m.name}; python -m mutmut show {m.name}")
+
+
+# --- results --------------------------------------------------------------------------------------------------------
+
+def render_results(figures: dict) -> str:
+    s = figures["summary"]
+    score = "n/a" if s["score"] is None else f"{100 * s['score']:.1f}%"
+    out = [f"Engine {figures['engine']}; {figures['selection']}; tests: {', '.join(figures['tests'])}; "
+           f"{figures['children']} worker(s) of {figures.get('threads', 1)} torch thread each; "
+           f"{clock(figures['seconds'])} in all.", "",
+           "| mutants run | killed (timeouts) | survived | not judged | equivalent, left out | score | exact 95% interval |",
+           "|---:|---:|---:|---:|---:|---:|---|",
+           f"| {figures['run']} | {s['killed']} ({s['timeouts']}) | {s['survived']} | {s['not_judged']} | "
+           f"{figures['equivalent']} | {score} | {100 * s['interval'][0]:.1f}% to {100 * s['interval'][1]:.1f}% |", ""]
+    if s["not_judged"]:
+        out += [f"{s['not_judged']} of the {figures['run']} mutants did not finish or could not be judged (a run stopped "
+                "early, or a function that runs at import); the score and its interval are of the judged ones.", ""]
+    by_module = {}
+    for row in figures["mutants"]:
+        k, n = by_module.get(row["path"], (0, 0))
+        judged = row["status"] in (KILLED, TIMEOUT, SURVIVED, NO_TESTS)
+        by_module[row["path"]] = (k + (row["status"] in (KILLED, TIMEOUT)), n + judged)
+    out += ["| module | killed of judged |", "|---|---:|"]
+    out += [f"| `{path}` | {k} of {n} |" for path, (k, n) in sorted(by_module.items())]
+    survivors = [row for row in figures["mutants"] if row["status"] in (SURVIVED, NO_TESTS)]
+    if survivors:
+        out += ["", "Survivors:", ""]
+        for row in survivors:
+            out += [f"- `{row['name']}` ({row['status']}; `{row['path']}` line {row['lines'][0] if row['lines'] else '?'}): "
+                    f"`{row['before']}` -> `{row['after'] or '(removed)'}`"]
+    return "\n".join(out) + "\n"
+
+
+# --- command --------------------------------------------------------------------------------------------------------
+
+def main(argv=None) -> int:
+    from harness.run import results
+    from harness.run.cli import int_at_least
+
+    parser = argparse.ArgumentParser(prog="fastpath-suite audit mutants", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--sample", type=int_at_least(1), default=200, help="how many mutants to draw")
+    which.add_argument("--changed-since", metavar="REF",
+                       help="only the mutants of lines changed since REF (auto: the merge base with main)")
+    which.add_argument("--names", nargs="+", metavar="NAME", help="these mutants (mutmut's names)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sample")
+    parser.add_argument("--max-mutants", type=int_at_least(1), default=None,
+                        help="with --changed-since: at most this many (a seeded sample of them, said in the output)")
+    parser.add_argument("--children", type=int_at_least(1), default=2, help="mutants run at once")
+    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                        help="stop after this long; mutants left unrun make the run 'not judged' (exit 3)")
+    parser.add_argument("--modules", nargs="+", default=list(MODULES), choices=MODULES, metavar="PATH",
+                        help=f"the files to mutate (of {', '.join(MODULES)})")
+    parser.add_argument("--tests", nargs="+", default=list(TESTS), help="the test folders or files mutants meet")
+    parser.add_argument("--min-score", type=float, default=None,
+                        help="pass with survivors when the score reaches this (0-1); default: any survivor fails")
+    parser.add_argument("--equivalent", type=Path, default=EQUIVALENT, help="the reviewed equivalent mutants")
+    parser.add_argument("--source", type=Path, default=ROOT, help="the checkout to mutate")
+    parser.add_argument("--work", type=Path, default=None, help="work folder (default: <cache>/mutants/work)")
+    results.add_arguments(parser)
+    args = parser.parse_args(argv)
+    progress = Progress("mutants", quiet=args.quiet)
+    try:
+        return _main(args, progress)
+    except MutantsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def _main(args, progress: Progress) -> int:
+    from harness.run import results
+
+    tests = tuple(args.tests)
+    source = args.source.resolve()
+    work = args.work or (work_folder() / "work")
+    if args.changed_since:
+        base = resolve_base(args.changed_since, source)
+        lines = changed_lines(base, source, args.modules)
+        if not lines:
+            print(f"mutants: no line of {', '.join(args.modules)} changed since {base[:12]}: nothing to mutate")
+            return 0
+    modules = [m for m in args.modules if not args.changed_since or m in lines]
+    # what the work copy holds is the checkout now: a run takes long, and the checkout may change before it ends
+    commit, dirty = results.checkout_state(source)
+    progress.say(f"preparing {work} and generating the mutants of {', '.join(modules)}")
+    prepare(work, tests, source, modules)
+    everything = generate(work, modules)
+    rows = [row for row in load_equivalent(args.equivalent) if row["path"] in modules]
+    candidates, equivalent = split_equivalent(everything, rows, args.equivalent)
+    if args.names:
+        known = {m.name: m for m in everything}
+        unknown = [n for n in args.names if n not in known]
+        if unknown:
+            raise MutantsError(f"no such mutant(s): {unknown}; names are mutmut's, as the survivors list prints them")
+        listed = {m.name for m in equivalent}  # named and reviewed as equivalent: left out, as in a sample
+        chosen = [known[n] for n in args.names if n not in listed]
+        selection = (f"{len(args.names)} named mutant(s)" + (f", {len(args.names) - len(chosen)} of them reviewed as "
+                                                               f"equivalent" if len(chosen) < len(args.names) else ""))
+        if not chosen:
+            print(f"mutants: {selection}: nothing to run")
+            return 0
+    elif args.changed_since:
+        touched = touching(candidates, lines)
+        selection = (f"the {len(touched)} mutant(s) of the {sum(map(len, lines.values()))} line(s) changed since "
+                     f"{base[:12]}")
+        chosen = touched
+        if args.max_mutants and len(touched) > args.max_mutants:
+            chosen = sample(touched, args.max_mutants, args.seed)
+            selection += f", a seeded sample of {args.max_mutants} (seed {args.seed})"
+        if not chosen:
+            print(f"mutants: the changed lines hold no mutant ({selection}); nothing to run")
+            return 0
+    else:
+        # drawn from every mutant, then the reviewed equivalents left out: a seed draws the same mutants however
+        # the list of equivalents grows, so runs before and after a review compare
+        drawn = sample(everything, args.sample, args.seed)
+        left_out = {m.name for m in equivalent}
+        chosen = [m for m in drawn if m.name not in left_out]
+        selection = (f"a sample of {len(drawn)} of {len(everything)} mutants (seed {args.seed}), "
+                     f"{len(drawn) - len(chosen)} of them reviewed as equivalent")
+    progress.say(f"{len(everything)} mutants generated, {len(equivalent)} listed as equivalent; running {selection}")
+    ran = run_and_confirm(work, chosen, args.children, args.budget, progress, tests)
+    summary = judge(chosen, ran)
+    figures = {"engine": ENGINE, "selection": selection, "tests": list(tests), "children": args.children,
+               "threads": int(THREADS["OMP_NUM_THREADS"]),
+               "seconds": ran["seconds"], "generated": len(everything), "equivalent": len(equivalent),
+               "run": len(chosen), "summary": summary, "unconfirmed": ran["unconfirmed"],
+               "mutants": [asdict(m) for m in chosen]}
+    results.write_if_asked(args, "mutants", figures, commit=commit, dirty=dirty)
+    print(report(figures, chosen))
+    unrun = [m for m in chosen if m.status == OTHER and (m.path, m.function) not in IMPORT_TIME]
+    survivors = [m for m in chosen if m.status in (SURVIVED, NO_TESTS)]
+    if survivors and (args.min_score is None or (summary["score"] or 0) < args.min_score):
+        return 1
+    if unrun:
+        print(f"NOT JUDGED: {len(unrun)} mutant(s) did not finish"
+              + (f" within --budget {args.budget:g} s" if ran["out_of_time"] else "")
+              + "; give more time (--budget) or fewer mutants (--max-mutants)")
+        return strict.NOT_JUDGED
+    return 0
+
+
+def report(figures: dict, chosen: list) -> str:
+    s = figures["summary"]
+    lines = [f"mutants: {figures['selection']}; engine {figures['engine']}; {clock(figures['seconds'])}"]
+    if s["score"] is not None:
+        lines.append(f"score: {s['killed']} killed of {s['judged']} = {100 * s['score']:.1f}% (exact 95% interval "
+                     f"{100 * s['interval'][0]:.1f}% to {100 * s['interval'][1]:.1f}%); {s['timeouts']} of the killed "
+                     f"timed out; {s['not_judged']} not judged; {figures['equivalent']} listed as equivalent")
+    for m in chosen:
+        if m.status == OTHER:
+            why = ("runs at import, so mutmut cannot tell which tests meet it" if (m.path, m.function) in IMPORT_TIME
+                   else "timed out beside another mutant; its run alone did not finish in time"
+                   if m.name in figures.get("unconfirmed", []) else "did not finish")
+            lines.append(f"not judged: {m.name} ({m.path} line {m.lines[0] if m.lines else '?'}): {why}")
+    for m in chosen:
+        if m.status == TIMEOUT:
+            lines.append(f"timeout: {m.name} ({m.path} line {m.lines[0] if m.lines else '?'}), again when run alone "
+                         f"with {CONFIRM} x the time")
+    for m in chosen:
+        if m.status in (SURVIVED, NO_TESTS):
+            ran = ("no test calls this function" if m.status == NO_TESTS else
+                   f"{len(m.tests)} test(s) ran: " + ", ".join(m.tests[:8]) + (" ..." if len(m.tests) > 8 else ""))
+            lines += [f"SURVIVED: {m.name} ({m.path} line {m.lines[0] if m.lines else '?'}); {ran}", m.diff,
+                      f"  run it again: {rerun_command(m)}",
+                      f"  equivalent? add it to {EQUIVALENT.relative_to(ROOT)} with the reason", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

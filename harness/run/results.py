@@ -1,0 +1,223 @@
+"""Results as data: every measuring command can write its figures, with where and how they were measured, into
+`results/<kind>/<machine>.json`; `fastpath-suite maintain results` renders docs/results.md from those files.
+
+A results file (JSON):
+
+    {"format": "fastpath-results", "version": 1, "kind": "report",
+     "machine": {... harness.run.machine.machine_info ...}, "machine_key": "cpu-amd-epyc-...",
+     "machine_summary": "AMD EPYC ... (avx2), 2 usable CPUs of 2, ...",
+     "commit": "<git HEAD>", "dirty": false, "date": "2026-12-01T16:02:11Z",
+     "command": "fastpath-suite report --results results", "figures": {... the command's own ...}}
+
+One file per kind and machine (the newest run replaces the last): the docs show the current figures of every
+machine the project has measured on. docs/results.md is never edited by hand; tests_harness/test_results.py
+fails when it differs from what `fastpath-suite maintain results` renders, and a file that is not a results file (or of
+another format version, or of a kind nothing renders) is refused with its path and the fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS_DIR = ROOT / "results"
+RESULTS_PAGE = ROOT / "docs" / "results.md"
+FORMAT, VERSION = "fastpath-results", 1
+
+# kind -> (section title, the verb that writes it, "module:function" rendering its figures as markdown);
+# the page shows the sections in this order
+KINDS = {
+    "codec": ("The test checkpoint's codec: what it carries", "maintain checkpoint", "harness.model.codec:render_results"),
+    "report": ("CPU: stock, the public package and the lossless stack (the suite's report)", "report",
+               "harness.report:render_results"),
+    "grid": ("CPU speed over the whole grid of speed points", "grid", "harness.speed.bench:render_results"),
+    "bench": ("Other bench runs", "bench", "harness.speed.bench:render_results"),
+    "gpu-check": ("GPU tier", "gpu-check", "harness.gpu_check:render_results"),
+    "stream": ("Streaming: time to first audio and underruns", "stream", "harness.speed.streaming:render_results"),
+    "prefix": ("Approximate prefix cache: speed and drift", "prefix", "harness.speed.prefix:render_results"),
+    "simulate": ("Quality gate: operating characteristics (simulation)", "audit simulate",
+                 "harness.audit.simulate:render_results"),
+    "simulate-sim": ("Speaker-similarity gate: operating characteristics (simulation)", "audit simulate",
+                     "harness.audit.simulate:render_score_results"),
+    "simulate-mos": ("Predicted-MOS gate: operating characteristics (simulation)", "audit simulate",
+                     "harness.audit.simulate:render_score_results"),
+    "known-answer": ("Quality gate: operating characteristics (real espeak-ng speech)", "audit known-answer",
+                     "harness.audit.known_answer:render_results"),
+    "known-answer-sim": ("Speaker-similarity gate: operating characteristics (real espeak-ng speech)", "audit known-answer",
+                         "harness.audit.known_scores:render_results"),
+    "known-answer-mos": ("Predicted-MOS gate: operating characteristics (real espeak-ng speech)", "audit known-answer",
+                         "harness.audit.known_scores:render_results"),
+    "known-answer-clone": ("Version gate on an evaluation set (Seed-TTS-eval's layout, espeak-ng speech)",
+                           "audit known-answer --metric clone-set", "harness.audit.known_clone:render_results"),
+    "stream-voice": ("A stream keeps its voice: the seam check on espeak-ng streams", "audit known-answer",
+                     "harness.audit.known_scores:render_stream_results"),
+    "history-rates": ("Nightly history rule: operating characteristics on recorded nights", "nightly rates",
+                      "harness.nightly.history_rates:render_results"),
+    "history-rates-instructions": ("Nightly history rule on instruction counts: operating characteristics on "
+                                   "recorded runs", "nightly rates", "harness.nightly.history_rates:render_count_results"),
+    "instructions": ("Instructions per call under callgrind, and how long counting them takes", "counts instructions",
+                     "harness.counts.instructions:render_results"),
+    "instructions-margins": ("Instruction counts stored for the per-change check, and their margins",
+                             "counts instructions --record", "harness.counts.instructions:render_margins"),
+    "stability": ("Unstable timings: the rule's rates", "audit stability", "harness.audit.under_load:render"),
+    "false-alarms": ("False alarms of the default suite on fresh clones", "audit false-alarms",
+                     "harness.audit.false_alarms:render_results"),
+    "gate": ("Version-bump gate findings", "gate", "harness.gate.gate:render_results"),
+    "shards": ("The default run serial and sharded over xdist workers", "audit shards", "harness.audit.sharding:render_results"),
+    "mutants": ("Mutation score of the patches: what the tests catch", "audit mutants", "harness.audit.mutants:render_results"),
+    "serving": ("Serving: omnivoice-server with fastpath against stock", "serve-check",
+                "harness.serving.serving:render_results"),
+    "name": ("The distribution's name on the package index", "maintain name-check", "harness.release:render_results"),
+}
+
+COMMAND: list | None = None  # the argv the dispatcher ran (set by harness.__main__), for the "command" field
+
+
+class ResultsError(ValueError):
+    """A results file that cannot be read as one; the message names the file and the fix."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """--results DIR and --quiet, the options every measuring verb shares."""
+    parser.add_argument("--results", type=Path, default=None, metavar="DIR",
+                        help="also write a results file into DIR (e.g. results/), rendered by `fastpath-suite maintain results`")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def command_line() -> str:
+    if COMMAND is not None:
+        return shlex.join(["fastpath-suite", *COMMAND])
+    return shlex.join(["python", *sys.argv])
+
+
+def git(*args: str, cwd: Path = ROOT) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def checkout_state(cwd: Path = ROOT) -> tuple:
+    """(HEAD's commit or None, whether tracked files differ from it), results and their page aside."""
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!results", ":!docs/results.md",
+                     cwd=cwd))
+    return git("rev-parse", "HEAD", cwd=cwd) or None, dirty
+
+
+def record(kind: str, figures: dict, out_dir: Path, device: str = "cpu", command: str | None = None,
+           commit: str | None = None, dirty: bool = False) -> Path:
+    """Write figures as results/<kind>/<machine key>.json under out_dir; returns the path. `commit`: the commit
+    measured when it is not this checkout's as it is now (fresh clones of a ref: clean by construction; a long
+    run's checkout when it began, `dirty` saying whether it had uncommitted changes then)."""
+    from harness.run.machine import hardware_key, machine_info, summary
+
+    if kind not in KINDS:
+        raise ValueError(f"unknown results kind {kind!r}; known: {sorted(KINDS)}")
+    info = machine_info(device)
+    key = hardware_key(info)
+    if not commit:
+        commit, dirty = checkout_state()
+    data = {"format": FORMAT, "version": VERSION, "kind": kind, "machine": info, "machine_key": key,
+            "machine_summary": (f"{info['gpu_name']}, " if info.get("gpu_name") else "") + summary(),
+            "commit": commit, "dirty": dirty,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "command": command or command_line(), "figures": figures}
+    path = Path(out_dir) / kind / f"{key}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    return path
+
+
+def write_if_asked(args, kind: str, figures: dict, device: str = "cpu", commit: str | None = None,
+                   dirty: bool = False) -> Path | None:
+    """record() when the command was given --results DIR; says where on stdout."""
+    if getattr(args, "results", None) is None:
+        return None
+    path = record(kind, figures, args.results, device, commit=commit, dirty=dirty)
+    print(f"results file: {path}")
+    return path
+
+
+def load(path: Path) -> dict:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ResultsError(f"{path}: not readable as JSON ({err}); delete it or rerun the command that wrote it "
+                           "with --results") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ResultsError(f"{path}: not a fastpath results file (no \"format\": \"{FORMAT}\"); results/ holds only "
+                           "files written by a `fastpath-suite <verb> --results results/` run: move it elsewhere")
+    if data.get("version") != VERSION:
+        raise ResultsError(f"{path}: results format version {data.get('version')!r}, this suite reads {VERSION}; "
+                           "rerun the command that wrote it with this checkout")
+    if data.get("kind") not in KINDS:
+        raise ResultsError(f"{path}: kind {data.get('kind')!r} is not one the page renders ({sorted(KINDS)})")
+    missing = [k for k in ("machine_summary", "commit", "date", "command", "figures") if k not in data]
+    if missing:
+        raise ResultsError(f"{path}: missing {missing}; rerun the command that wrote it with --results")
+    return data
+
+
+def renderer(kind: str):
+    module, function = KINDS[kind][2].split(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def render(results_dir: Path = RESULTS_DIR) -> str:
+    """docs/results.md from every results file under results_dir."""
+    files = sorted(Path(results_dir).glob("*/*.json"))
+    by_kind: dict = {}
+    for path in files:
+        data = load(path)
+        if path.parent.name != data["kind"]:
+            raise ResultsError(f"{path}: a {data['kind']!r} file in the {path.parent.name!r} folder; move it to "
+                               f"results/{data['kind']}/")
+        by_kind.setdefault(data["kind"], []).append((path, data))
+    out = ["# Results", "",
+           "Rendered by `fastpath-suite maintain results` from the files in `results/`; do not edit by hand. Each table says",
+           "the machine, the commit, the date and the exact command that measured it. Add or refresh a table by",
+           "running that command with `--results results/` and then `fastpath-suite maintain results`.", ""]
+    for kind, (title, verb, _) in KINDS.items():
+        out += [f"## {title}", ""]
+        entries = by_kind.get(kind, [])
+        if not entries:
+            out += [f"No results file yet: `fastpath-suite {verb} --results results/` writes one.", ""]
+            continue
+        for path, data in entries:
+            commit = (data["commit"] or "unknown")[:12] + (" (with uncommitted changes)" if data["dirty"] else "")
+            out += [f"### {data['machine_summary']}", "",
+                    f"Measured {data['date'][:10]} at commit `{commit}` with `{data['command']}` "
+                    f"(file `{path.relative_to(results_dir.parent) if path.is_relative_to(results_dir.parent) else path}`).",
+                    "", renderer(kind)(data["figures"]).rstrip(), ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="fastpath-suite maintain results", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="exit 1 when docs/results.md is not the rendering")
+    parser.add_argument("--dir", type=Path, default=RESULTS_DIR, help="the results folder")
+    parser.add_argument("--page", type=Path, default=RESULTS_PAGE, help="the page to write or check")
+    args = parser.parse_args(argv)
+    try:
+        text = render(args.dir)
+    except ResultsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.check:
+        if not args.page.exists() or args.page.read_text() != text:
+            print(f"{args.page} is not what `fastpath-suite maintain results` renders from {args.dir}: run it and commit "
+                  "the page", file=sys.stderr)
+            return 1
+        print(f"{args.page} matches {args.dir}")
+        return 0
+    args.page.write_text(text)
+    print(f"written: {args.page} from {len(list(args.dir.glob('*/*.json')))} results files")
+    return 0
