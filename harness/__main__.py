@@ -27,6 +27,7 @@ class Verb:
     prefix: tuple = ()  # arguments put before the user's (a subcommand of the target)
 
 
+# a stored baseline every clone has: the compare example compares it with itself (every point "ok")
 INTEL = "baselines/cpu-intel-xeon-avx512-amx-avxvnni-bf16-fp16-vnni-2c-2t__torch-2.14.1-cu130__omnivoice-0.2.1.json"
 
 # The user's jobs, in the order a newcomer meets them.
@@ -44,7 +45,7 @@ JOBS = {
     "stream": Verb("harness.speed.streaming:main", "streaming: time to first audio and underruns against generate",
                    "fastpath-suite stream --size tiny --rounds 1 --out out/stream.json"),
     "memory": Verb("harness.speed.service:main", "memory over long service: many generate calls of mixed lengths",
-                   "fastpath-suite memory --calls 20 --out out/memory.json"),
+                   "fastpath-suite memory --calls 60 --warmup 20 --num-step 8 --out out/memory"),
     "prefix": Verb("harness.speed.prefix:main", "the approximate prefix-KV cache: speed and how far tokens drift",
                    "fastpath-suite prefix --rounds 1 --seeds 0 --refresh 2"),
     "serve-check": Verb("harness.serving.serving:main",
@@ -119,11 +120,11 @@ GROUPS = {
         "goldens": Verb("harness.gate.goldens:main", "record or check golden outputs of the test checkpoint",
                         "fastpath-suite maintain goldens"),
         "behaviour": Verb("harness.gate.behaviour:main", "record upstream's behaviour (settings it reads, calls it makes)",
-                          "fastpath-suite maintain behaviour out/behaviour.json"),
+                          "fastpath-suite maintain behaviour behaviour.pt"),
         "fingerprints": Verb("harness.__main__:fingerprints", "upstream fingerprints, installed against known",
                              "fastpath-suite maintain fingerprints"),
         "full-size-parity": Verb("scripts/full_size_parity.py", "bit-exactness of the lossless stack at full-size points",
-                                 "fastpath-suite maintain full-size-parity clone3-short-2 --steps 1"),
+                                 "fastpath-suite maintain full-size-parity clone3-short-32 --steps 1"),
         "results": Verb("harness.run.results:main", "render docs/results.md from the results files (--check: verify)",
                         "fastpath-suite maintain results --check"),
         "name-check": Verb("harness.release:main",

@@ -582,7 +582,7 @@ def rule() -> dict:
 ABOUT = ("Instructions each counting point executes under callgrind, per device key, and the lossless stack's count "
          "over stock's (same run), each with its margin: `fastpath-suite counts instructions --check` fails on a figure "
          "more than its margin above (MORE WORK) or below (LESS WORK) it. Written by `fastpath-suite counts instructions "
-         "--record`; how each margin was derived is in its margin_from (docs/nightly.md).")
+         "--record`; how each margin was derived is in its margin_from (docs/counts.md).")
 
 
 def main(argv=None) -> int:
