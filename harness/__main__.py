@@ -35,7 +35,7 @@ JOBS = {
     "report": Verb("harness.report:main", "the suite's report on a checkpoint: patches, parity, work, timing",
                    "fastpath-suite report --timing-size tiny --rounds 1 --out out/report"),
     "gate": Verb("harness.gate.gate:main", "may an omnivoice version ship? parity, behaviour, quality on a candidate",
-                 "fastpath-suite gate omnivoice==0.2.1 --checks fingerprints,goldens --out out/gate"),
+                 "fastpath-suite gate omnivoice==0.2.1 --out out/gate"),
     "bench": Verb("harness.speed.bench:main", "interleaved timing of variants (stock, lossless, peer, gpu...) at points",
                   "fastpath-suite bench --size tiny --points auto-short-10 --variants stock lossless --rounds 2"),
     "grid": Verb("harness.speed.bench:grid_main", "bench over every speed point: stock, the public package, lossless",

@@ -302,7 +302,7 @@ def dry_run_any(words: list):
 # with --slow, before a change to its verb is called done), one that needs a GPU is cuda. Every verb has a row.
 EXAMPLE_MARKS = {
     "report": [pytest.mark.slow],  # about 3 minutes: the parity stage and tiny timing
-    "gate": [pytest.mark.slow],  # a candidate venv (cached after the first) and the goldens
+    "gate": [pytest.mark.slow],  # every check on an identical release: about 12 minutes
     "grid": [pytest.mark.slow],
     "stream": [pytest.mark.slow],
     "memory": [pytest.mark.slow],

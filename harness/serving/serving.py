@@ -578,6 +578,7 @@ def main(argv=None) -> int:
     parser.add_argument("--fresh", action="store_true", help="make the environment under .cache/serving/ again")
     result_files.add_arguments(parser)
     args = parser.parse_args(argv)
+    args.out = args.out.resolve()  # each server runs in its own folder under it: a relative path would be read there
     progress = Progress("serve-check", quiet=args.quiet)
     shutil.rmtree(args.out, ignore_errors=True)
     try:
