@@ -962,7 +962,8 @@ def main(argv=None) -> int:
             return 2
     try:
         spec = cand.parse_spec(args.candidate)
-        out = args.out or REPO_ROOT / "out" / "gate" / spec.name
+        # absolute: the candidate's venv runs its steps in the repository, and a relative folder would be read there
+        out = (args.out or REPO_ROOT / "out" / "gate" / spec.name).resolve()
         command = (result_files.command_line() if result_files.COMMAND is not None
                    else shlex.join(["fastpath-suite", "gate", *(sys.argv[1:] if argv is None else argv)]))
         report = run_gate(args.candidate, args.against, out, args.checks, args.rtf_rounds, args.checkpoint,
