@@ -6,6 +6,7 @@ cannot rot unseen."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import ast
 import importlib.util
@@ -23,6 +24,14 @@ VERBS = every_verb()  # {"report": Verb, "counts structure": Verb, ...}
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
+
+
+@pytest.fixture(autouse=True)
+def command_restored(monkeypatch):
+    """main() records the verb it runs in harness.run.results.COMMAND (a module global): put it back after."""
+    from harness.run import results
+
+    monkeypatch.setattr(results, "COMMAND", results.COMMAND)
 
 
 class DryRun(Exception):
@@ -149,12 +158,9 @@ def spelling(words: list) -> str:
     return verb
 
 
-def dry_run(words: list):
-    """Parse `fastpath-suite VERB ARGS` with the verb's own parser and stop there: DryRun(namespace), or
-    argparse's SystemExit (2 on a wrong option or value, 0 for --help)."""
-    verb = spelling(words)
-    args = words[len(verb.split()):]
-    target = VERBS[verb].target
+@contextlib.contextmanager
+def parsing_only():
+    """Every argparse parser, while inside, raises DryRun(namespace) instead of returning it (restored after)."""
     original = argparse.ArgumentParser.parse_args
 
     def parse_only(self, args=None, namespace=None):
@@ -162,6 +168,18 @@ def dry_run(words: list):
 
     argparse.ArgumentParser.parse_args = parse_only
     try:
+        yield
+    finally:
+        argparse.ArgumentParser.parse_args = original
+
+
+def dry_run(words: list):
+    """Parse `fastpath-suite VERB ARGS` with the verb's own parser and stop there: DryRun(namespace), or
+    argparse's SystemExit (2 on a wrong option or value, 0 for --help)."""
+    verb = spelling(words)
+    args = words[len(verb.split()):]
+    target = VERBS[verb].target
+    with parsing_only():
         if target.endswith(".py"):  # a script whose main() reads sys.argv
             name = "script_" + re.sub(r"\W", "_", verb)
             spec = importlib.util.spec_from_file_location(name, ROOT / target)
@@ -173,8 +191,6 @@ def dry_run(words: list):
             finally:
                 sys.argv = saved
         return main(words)
-    finally:
-        argparse.ArgumentParser.parse_args = original
 
 
 @pytest.mark.parametrize("words", suite_commands())
@@ -286,16 +302,8 @@ def test_every_old_spelling_still_runs_its_verb_and_names_the_new_spelling(old, 
 
 def dry_run_any(words: list):
     """dry_run without the spelling check (an old spelling goes through main's forwarding)."""
-    original = argparse.ArgumentParser.parse_args
-
-    def parse_only(self, args=None, namespace=None):
-        raise DryRun(original(self, args, namespace))
-
-    argparse.ArgumentParser.parse_args = parse_only
-    try:
+    with parsing_only():
         return main(words)
-    finally:
-        argparse.ArgumentParser.parse_args = original
 
 
 # What each example costs on a 2-core machine; an example costlier than the default run can carry is slow (run
