@@ -15,12 +15,14 @@ import pytest
 
 from harness.run import strict
 from harness.model.checkpoint import ENV_CHECKPOINT, CheckpointError, find_hf_cache, load_model, resolve_checkpoint
+from harness.model.devices import asks_for_cuda, cuda_problem
 
 pytest_plugins = ("pytester",)  # tests of pytest plugins and hooks run pytest in this process
 
 MARKERS = {
     "cpu": "runs on the CPU",
-    "cuda": "needs a CUDA GPU (skipped elsewhere, saying so)",
+    "cuda": "needs a CUDA GPU: left out of a run that does not ask for it; a run that asks (-m cuda) fails where CUDA "
+            "is not usable, naming what is missing (not judged with --no-strict-inputs)",
     "mps": "needs an Apple MPS device",
     "slow": "full-size model, long measurement or the rest of a long grid; run with --slow or -m slow",
     "real_weights": f"needs a real OmniVoice checkpoint: --checkpoint PATH or {ENV_CHECKPOINT}=PATH",
@@ -217,6 +219,8 @@ def pytest_unconfigure(config):
 
 def pytest_report_header(config):
     note = config.stash.get(_OVERRIDE_NOTE, None)
+    if asks_for_cuda(config.getoption("markexpr") or "", [], MARKERS) and _cuda_available() is False:
+        note = "\n".join(filter(None, [note, f"CUDA is not usable here: {cuda_problem()}"]))
     mode = ("strict inputs: a missing stored figure fails its test" if strict.is_strict(config) else
             f"{strict.OPTION}: a missing stored figure is 'not judged' (listed at the end)")
     gpus = ([f"one worker per GPU: " + ", ".join(f"gw{k} sees GPU {spec.rsplit('=', 1)[1]}"
@@ -233,6 +237,10 @@ def pytest_runtest_setup(item):
     where = placement()
     if any(v is not None for v in where.values()):
         item.user_properties += [(k, v) for k, v in where.items() if v is not None]
+    problem = item.stash.get(_NO_CUDA, None)
+    if problem is not None:
+        pytest.fail(f"CUDA is not usable here and this run asks for the cuda tests: {problem}. A run on a machine "
+                    f"without a usable GPU: leave out -m cuda, or {strict.OPTION} (not judged)", pytrace=False)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -262,9 +270,11 @@ def _mps_available() -> bool:
 
 
 _LEFT_OUT = pytest.StashKey[str]()  # why this run's selection leaves a test out (a skip that is not the test's)
+_NO_CUDA = pytest.StashKey[str]()  # a `cuda` test of a run that asked for them, where CUDA is not usable: why
 _CONTROLS = pytest.StashKey[list]()
 
 
+@pytest.hookimpl(trylast=True)  # after -m and -k deselected: what the run selected
 def pytest_collection_modifyitems(config, items):
     markexpr = config.getoption("markexpr") or ""
     run_slow = config.getoption("slow") or "slow" in markexpr
@@ -275,15 +285,29 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.skip(reason=reason))
         item.stash[_LEFT_OUT] = reason
 
+    def no_cuda(item, problem):
+        """A run that asked for the `cuda` tests on a machine where CUDA is not usable: in strict mode each fails
+        naming what is missing (a runner that cannot see its GPU is never green with every test skipped), else
+        each is "not judged"."""
+        if strict.is_strict(config):
+            item.stash[_NO_CUDA] = problem
+        else:
+            item.add_marker(pytest.mark.skip(reason=f"{strict.PREFIX}the run asks for the cuda tests and CUDA is "
+                                                    f"not usable here: {problem}"))
+
+    asked = None
     for item in items:
         if "slow" in item.keywords and not run_slow:
             leave_out(item, "slow (full-size model, long measurement, or beyond the default run's time budget): run "
                             "with --slow or -m slow")
         if "cuda" in item.keywords:
             cuda = _cuda_available() if cuda is None else cuda
-            if not cuda:
-                leave_out(item, "needs CUDA: torch.cuda.is_available() is False here; run `pytest -m cuda` on a GPU "
-                                "runner with a CUDA build of torch (docs/gpu.md)")
+            asked = asks_for_cuda(markexpr, items, MARKERS) if asked is None else asked
+            if not cuda and asked:
+                no_cuda(item, cuda_problem())
+            elif not cuda:
+                leave_out(item, "needs CUDA, which this run did not ask for: run `pytest -m cuda` on a GPU runner "
+                                "with a CUDA build of torch (docs/gpu.md)")
         if "mps" in item.keywords:
             mps = _mps_available() if mps is None else mps
             if not mps:

@@ -85,6 +85,14 @@ class _Worker:  # per model, kept across streams: CUDA graphs and compiled code 
 
 
 _workers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+CUDA_STREAM_DEVICES = ("cuda",)  # device types whose worker runs on a CUDA stream of its own (a test widens it)
+
+
+def _cuda():
+    """The CUDA API the worker's stream goes through: torch.cuda (a CPU test's recording fake in its place)."""
+    import torch
+
+    return torch.cuda
 UNSPLIT_LIMIT = 2.0  # a text upstream cannot split whose audio is longer than this many chunks is refused
 
 
@@ -170,8 +178,6 @@ def _serve(jobs: queue.SimpleQueue) -> None:  # the worker thread; holds no mode
 
 
 def _worker(model) -> _Worker:
-    import torch
-
     worker = _workers.get(model)
     if worker is None:
         atexit.unregister(_cancel_open_streams)  # once in the process, from the first worker on
@@ -179,8 +185,8 @@ def _worker(model) -> _Worker:
         jobs: queue.SimpleQueue = queue.SimpleQueue()
         thread = threading.Thread(target=_serve, args=(jobs,), name="fastpath-stream", daemon=True)
         thread.start()
-        on_cuda = model.device.type == "cuda"
-        worker = _Worker(jobs, thread, torch.cuda.Stream(model.device) if on_cuda else None, threading.Lock())
+        on_stream = model.device.type in CUDA_STREAM_DEVICES
+        worker = _Worker(jobs, thread, _cuda().Stream(model.device) if on_stream else None, threading.Lock())
         _workers[model] = worker
         weakref.finalize(model, jobs.put, None)
     return worker
@@ -213,8 +219,6 @@ class Stream:
     """
 
     def __init__(self, model, task, gen_config):
-        import torch
-
         self.model = model
         self.cancelled = False
         self._worker = worker = _worker(model)
@@ -230,7 +234,7 @@ class Stream:
         try:
             self._job = _Job(model, task, gen_config, worker, self._handoff, self._cancel, self._stopped)
             if worker.cuda_stream is not None:  # what this thread queued (the prompt's encoding) comes first
-                worker.cuda_stream.wait_stream(torch.cuda.current_stream(model.device))
+                worker.cuda_stream.wait_stream(_cuda().current_stream(model.device))
         except BaseException:
             worker.busy.release()
             raise
@@ -334,7 +338,7 @@ class _Job:
         import torch
 
         try:
-            streams = torch.cuda.stream(self.worker.cuda_stream) if self.worker.cuda_stream is not None \
+            streams = _cuda().stream(self.worker.cuda_stream) if self.worker.cuda_stream is not None \
                 else contextlib.nullcontext()
             with torch.inference_mode(), streams:
                 type(self.model)._generate_chunked(_ChunkingView(self.model, self.each_chunk), self.task, self.config)

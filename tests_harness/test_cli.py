@@ -256,7 +256,8 @@ def test_the_docs_use_the_one_command_line_only():
     old = re.compile(r"python -m harness\.|bash scripts/(?!install\.sh)|python scripts/")
     found = [f"{page.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}"
              for page in PAGES for text in [page.read_text()] for m in old.finditer(text)
-             if "History (not regenerated)" not in text[:m.start()]]
+             if "History (not regenerated)" not in text[:m.start()]
+             and text.rfind("<!-- rendered by", 0, m.start()) <= text.rfind("<!-- end of", 0, m.start())]  # a record
     assert not found, "old entry points in the docs (use `fastpath-suite <verb>`):\n" + "\n".join(found)
 
 
@@ -316,7 +317,10 @@ EXAMPLE_MARKS = {
     "memory": [pytest.mark.slow],
     "prefix": [pytest.mark.slow],
     "serve-check": [pytest.mark.slow],  # omnivoice-server in its own venv
-    "gpu-check": [pytest.mark.cuda],
+    # where CUDA is usable, the quick look itself (about 8 minutes, full-size checkpoint): only --slow starts it, and
+    # never `pytest -m cuda` (a pytest inside pytest); without CUDA it stops at once with exit 4, which the default
+    # run checks through the script itself (tests_harness/test_gpu_check.py)
+    "gpu-check": [pytest.mark.slow],
     "counts instructions": [pytest.mark.slow],  # callgrind: about 2 minutes
     "nightly rates": [pytest.mark.slow],
     "nightly bisect": [pytest.mark.slow],  # a worktree and a count per commit
@@ -335,8 +339,12 @@ EXAMPLE_MARKS = {
 
 # Examples whose non-zero exit is the verb's finding: (exit codes, the pattern its output then shows).
 EXAMPLE_EXITS = {
+    # on a machine without a usable GPU: exit 1 naming what is missing
+    "cuda-check": ((0, 1), r"CUDA is not usable: (the driver|the wheel|a device)|device key cuda-"),
     # a sample of two mutants: exit 1 names a survivor (fixtures/mutants/equivalent.json or a new test settles it)
     "audit mutants": ((0, 1), r"SURVIVED: fastpath\."),
+    # a machine where CUDA is not usable: exit 4 at the first stage, naming what is missing (driver, wheel, device)
+    "gpu-check": ((0, 4), r"CUDA is not usable here: (the driver|the wheel|a device)"),
 }
 
 

@@ -219,3 +219,43 @@ def test_a_listed_control_that_skips_where_it_runs_fails_the_run(early):
 def test_which_skips_of_a_listed_control_fail(row, reason, left_out, fails):
     row = {"gate": "g", "kind": "equivalent", "runs": row["run"], **row}
     assert (controls.skip_is_a_failure(row, reason, left_out) is not None) is fails
+
+
+def benchmark_json_calls() -> list:
+    """(workflow, matrix device, folders, -m expression, --slow, the JSON file) of every pytest line of a GPU job that
+    names --benchmark-json."""
+    out = []
+    for workflow, job in (("gpu.yml", "cuda"), ("nightly.yml", "speed")):
+        spec = yaml.safe_load((WORKFLOWS / workflow).read_text())["jobs"][job]
+        for row in spec.get("strategy", {}).get("matrix", {}).get("include", [{}]):
+            for step in spec["steps"]:
+                for line in str(step.get("run", "")).splitlines():
+                    line = re.sub(r"\$\{\{\s*matrix\.(\w+)\s*\}\}", lambda m: str(row[m.group(1)]), line)
+                    json_file = re.search(r"--benchmark-json=(\S+)", line)
+                    if "python -m pytest" in line and json_file and row.get("device", "cuda") == "cuda":
+                        out.append((workflow, *pytest_call(line), json_file.group(1)))
+    return out
+
+
+def collect_benchmark_json_selections(folder) -> list:
+    """For each line of benchmark_json_calls: (the line's call, the collect-only output of its selection), the
+    collections run side by side."""
+    procs = []
+    for call in benchmark_json_calls():
+        workflow, folders, expr, slow, json_file = call
+        args = [*folders] + (["-m", expr] if expr else []) + (["--slow"] if slow else [])
+        procs.append((call, args, subprocess.Popen(
+            [sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", "-p", "tests_harness.marks_plugin",
+             *args], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+    return [(call, args, proc.communicate(timeout=600)[0]) for call, args, proc in procs]
+
+
+@pytest.mark.early.with_args(collect_benchmark_json_selections)
+def test_the_gpu_jobs_select_timed_tests_that_write_the_json_they_name(early):
+    """gpu.yml's `out/cuda.json` and the nightly GPU row's `out/wall.json` (its history) come from pytest-benchmark,
+    which writes one only when a selected test uses the `benchmark` fixture: each such line selects at least one."""
+    assert {call[0] for call, _, _ in early} == {"gpu.yml", "nightly.yml"}, early
+    for (workflow, _, _, _, json_file), args, out in early:
+        timed = [line.split()[1] for line in out.splitlines()
+                 if line.startswith("FIXTURES ") and "benchmark" in line.split(" ", 2)[-1].split(",")]
+        assert timed, f"{workflow}: `pytest {' '.join(args)}` selects no test that writes {json_file}\n{out[-2000:]}"

@@ -17,6 +17,27 @@ def test_docs_results_md_is_the_rendering_of_the_results_files():
                               "results file added without rendering): run `fastpath-suite maintain results` and commit the page")
 
 
+@pytest.mark.parametrize("name", list(results.BLOCKS))
+def test_every_rendered_block_of_the_docs_is_the_rendering_of_its_files(name):
+    page = results.ROOT / "docs" / results.BLOCKS[name][0]
+    text = page.read_text()
+    assert text == results.render_block(name, text), (f"docs/{page.name}'s block {name!r} is not what its files render "
+                                                      "(a figure typed by hand): run `fastpath-suite maintain results`")
+
+
+def test_a_block_edited_by_hand_or_without_its_marks_is_refused(tmp_path):
+    begin, end = results.block_marks("gpu-targets")
+    page = tmp_path / "gpu.md"
+    page.write_text(f"# GPU\n\n{begin}\n{end}\n\nafter\n")
+    args = ["--dir", str(tmp_path / "results"), "--page", str(tmp_path / "results.md"), "--docs", str(tmp_path)]
+    assert results.main(args) == 0 and "| target | goal |" in page.read_text() and page.read_text().endswith("after\n")
+    assert results.main(["--check", *args]) == 0
+    page.write_text(page.read_text().replace("| 3.5x |", "| 3.6x |"))
+    assert results.main(["--check", *args]) == 1
+    page.write_text("# GPU without the marks\n")
+    assert results.main(args) == 2
+
+
 @pytest.mark.parametrize("kind", list(results.KINDS))
 def test_every_kind_has_a_renderer(kind):
     assert callable(results.renderer(kind)), kind
@@ -73,12 +94,12 @@ def test_a_corrupt_or_foreign_file_is_refused_with_the_fix(tmp_path, content, sa
     with pytest.raises(results.ResultsError, match=says) as err:
         results.render(tmp_path)
     assert "x.json" in str(err.value)
-    assert results.main(["--dir", str(tmp_path), "--page", str(tmp_path / "page.md")]) == 2
+    assert results.main(["--dir", str(tmp_path), "--page", str(tmp_path / "page.md"), "--docs", str(tmp_path)]) == 2
 
 
 def test_check_fails_on_a_page_edited_by_hand(tmp_path):
     page = tmp_path / "results.md"
-    assert results.main(["--dir", str(tmp_path), "--page", str(page)]) == 0
-    assert results.main(["--check", "--dir", str(tmp_path), "--page", str(page)]) == 0
+    assert results.main(["--dir", str(tmp_path), "--page", str(page), "--docs", str(tmp_path)]) == 0
+    assert results.main(["--check", "--dir", str(tmp_path), "--page", str(page), "--docs", str(tmp_path)]) == 0
     page.write_text(page.read_text().replace("No results file yet", "1.47x faster"))
-    assert results.main(["--check", "--dir", str(tmp_path), "--page", str(page)]) == 1
+    assert results.main(["--check", "--dir", str(tmp_path), "--page", str(page), "--docs", str(tmp_path)]) == 1

@@ -55,6 +55,38 @@ def test_actionlint_finds_nothing(name):
                                   f"{done.stdout}{done.stderr}")
 
 
+# --- the GPU runners' install --------------------------------------------------------------------------------
+
+
+def gpu_steps(workflow: str, job: str, device: str | None = None) -> list:
+    """(name, env, run) of each step of a job, the matrix row `device` substituted (the GPU row: every step runs)."""
+    spec = yaml.safe_load((WORKFLOWS / workflow).read_text())["jobs"][job]
+    row = next((r for r in spec.get("strategy", {}).get("matrix", {}).get("include", []) if r["device"] == device), {})
+
+    def fill(text):
+        text = re.sub(r"\$\{\{\s*matrix\.(\w+)\s*\}\}", lambda m: str(row[m.group(1)]), str(text))
+        return re.sub(r"\$\{\{\s*matrix\.device == 'cuda' && '([^']*)' \|\| '([^']*)'\s*\}\}",
+                      lambda m: m.group(1) if device == "cuda" else m.group(2), text)
+
+    return [(step.get("name", ""), {k: fill(v) for k, v in (step.get("env") or {}).items()}, fill(step.get("run", "")))
+            for step in spec["steps"]]
+
+
+@pytest.mark.parametrize("workflow, job, device", [("gpu.yml", "cuda", None), ("nightly.yml", "speed", "cuda")])
+def test_a_gpu_job_installs_torchs_cuda_build_and_checks_it_before_any_test(workflow, job, device):
+    """A GPU runner installs with constraints-cuda.txt (the CPU pins' versions, as CUDA builds), then
+    `fastpath-suite cuda-check` fails the job naming what is missing, before a test can skip for want of CUDA."""
+    steps = gpu_steps(workflow, job, device)
+    install = next(i for i, (_, _, run) in enumerate(steps) if "scripts/install.sh" in run)
+    check = next(i for i, (_, _, run) in enumerate(steps) if "fastpath-suite cuda-check" in run)
+    tests = next(i for i, (_, _, run) in enumerate(steps) if "python -m pytest" in run)
+    assert steps[install][1].get("FASTPATH_CONSTRAINTS") == "constraints-cuda.txt", steps[install]
+    assert install < check < tests, [name for name, _, _ in steps]
+    pins = {name: [line for line in (REPO_ROOT / name).read_text().splitlines() if line.startswith(("torch", "transf"))]
+            for name in ("constraints-cpu.txt", "constraints-cuda.txt")}
+    assert pins["constraints-cpu.txt"] == pins["constraints-cuda.txt"], pins
+
+
 # --- the release workflow -----------------------------------------------------------------------------------
 # (its check step runs for real on the built wheel in tests_patches/test_package.py)
 

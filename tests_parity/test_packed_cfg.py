@@ -28,6 +28,14 @@ def on_cpu(monkeypatch):
     monkeypatch.setattr(packed, "PACKED_DEVICES", ("cuda", "cpu"))
 
 
+# These tests run packed_cfg's attention on the CPU, where it is eager FlexAttention by design (the CPU is not in
+# COMPILED_FLEX_DEVICES: they check the layout and the mask, not the kernel; the compiled flex on CPU is
+# tests_patches/test_inductor.py's). torch warns, once per process, that eager flex materialises every score: here
+# that is what is meant, so each such test ignores that warning itself; no filter hides it suite-wide, where eager
+# flex would be a fallback (packed.stats() counts every eager call and why; past the compile bound, EagerFlexWarning).
+EAGER_FLEX = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile:UserWarning")
+
+
 # --- the document block mask ------------------------------------------------------------------------------------
 
 # row lengths (the packed length is their sum rounded up to 128): rows inside one block, rows across blocks, a row
@@ -65,6 +73,7 @@ def test_a_length_off_the_block_is_refused_naming_the_fix():
 ATTENTION_ATOL = 2e-6
 
 
+@EAGER_FLEX
 @pytest.mark.parametrize("lengths", LENGTHS)
 def test_each_row_attends_over_its_own_keys_only(lengths):
     """document_attention on packed rows equals SDPA on each row alone (grouped-query heads, as Qwen3's)."""
@@ -81,6 +90,39 @@ def test_each_row_attends_over_its_own_keys_only(lengths):
         diff = (out[0, rows] - alone[0].transpose(0, 1)).abs().max().item()
         assert diff <= ATTENTION_ATOL, f"row at {start} (length {length}): max |diff| {diff:.2e}"
         start += length
+
+
+@EAGER_FLEX
+def test_off_the_compiled_devices_the_attention_runs_eager_counted_with_its_reason():
+    """On a device not in COMPILED_FLEX_DEVICES each call is an eager call in packed.stats(), with its reason and
+    its packed length; nothing compiles."""
+    n, before = 256, packed.stats()
+    q, k, v = (torch.randn(1, heads, n, 16) for heads in (4, 2, 2))
+    packed.document_attention(None, q, k, v, packed.Documents(packed.document_ids([100, 150], n, "cpu")))
+    after, why = packed.stats(), "cpu is not in COMPILED_FLEX_DEVICES"
+    assert after["eager_calls"].get(why, 0) == before["eager_calls"].get(why, 0) + 1, (before, after)
+    assert (after["compiles"], after["compiled_calls"]) == (before["compiles"], before["compiled_calls"]) and \
+        n in after["lengths"], (before, after)
+
+
+@pytest.mark.parametrize("lengths, total", [
+    pytest.param([300, 170, 140], 2048, id="eleven-padding-blocks"),  # 610 positions: N 640, rung 2048
+    pytest.param([200, 60], 512, id="one-padding-block"),  # 260 positions: N 384, rung 512
+])
+def test_padding_up_to_the_rung_adds_blocks_that_see_only_themselves(lengths, total):
+    """The compiled flex's mask at the rung: the rows' blocks as at N, then each padding block a segment of its own
+    (one full diagonal block of work each, never N x N), against `create_block_mask` evaluating the rule."""
+    n = packed.packed_length(sum(lengths))
+    assert packed.rung(n) == total
+    docs = packed.Documents(packed.document_ids(lengths, n, "cpu"))
+    ids = packed.padded_ids(docs.ids, total)
+    ours, theirs = docs.block_mask(total), create_block_mask(lambda b, h, q, kv: ids[q] == ids[kv], 1, 1, total, total,
+                                                            device="cpu")
+    assert torch.equal(ours.to_dense(), theirs.to_dense())
+    assert torch.equal(ours.full_kv_num_blocks, theirs.full_kv_num_blocks)
+    pad_blocks = ours.to_dense()[0, 0, n // packed.BLOCK:]  # [padding blocks, all key blocks]
+    assert torch.equal(pad_blocks.sum(-1), torch.ones(len(pad_blocks), dtype=pad_blocks.dtype)), pad_blocks
+    assert torch.equal(docs.block_mask().to_dense(), packed.document_block_mask(docs.ids).to_dense())
 
 
 # --- generate: packed against the padded path --------------------------------------------------------------------
@@ -102,6 +144,7 @@ def request(point: str, settings: dict) -> dict:
     return {**base, **settings}
 
 
+@EAGER_FLEX
 @pytest.mark.cpu
 @pytest.mark.parametrize("point, settings, max_rel_err, min_argmax, min_tokens", CLOSE)
 def test_packed_cfg_is_close_to_the_padded_path(model, on_cpu, point, settings, max_rel_err, min_argmax, min_tokens):
@@ -128,6 +171,7 @@ def llm_calls(model, **kwargs) -> list:
     return shapes
 
 
+@EAGER_FLEX
 @pytest.mark.cpu
 def test_a_mixed_batch_does_no_work_for_its_longest_item(model, on_cpu):
     """Stock: 2B rows of the longest conditional length every step. Packed: one row of every row's own length,
@@ -179,6 +223,7 @@ def test_another_attention_implementation_is_refused_not_read_as_packed(model, o
             model.llm.set_attn_implementation(wrapper)
 
 
+@EAGER_FLEX
 @pytest.mark.cpu
 def test_cuda_graphs_replay_packed_calls(model, on_cpu):
     """cuda_graphs' wrapper (capture double on CPU) captures a packed call once per packed length, with the block

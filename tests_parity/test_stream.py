@@ -332,3 +332,31 @@ def test_bad_calls_are_refused_with_the_fix(model, prompt, monkeypatch):
             fastpath.stream(model, TEXT)
     finally:
         upstream_checked.cache_clear()
+
+
+@pytest.mark.cpu
+def test_a_worker_on_its_own_cuda_stream_hands_out_the_same_pieces(checkpoint, monkeypatch):
+    """The worker's CUDA-stream path, run here through the recording fake of torch.cuda (tests_patches/fake_cuda.py):
+    one stream made for the model's device, waiting on the caller's stream when a stream opens, the worker's work
+    inside it, and each chunk's tokens synchronised before the reader takes them; the pieces the same as a CPU
+    worker's. (The decode's record_stream of CUDA codes is the one part only a GPU runs:
+    tests_parity/test_gpu_parity.py, the stream beside cuda_graphs.)"""
+    from fastpath import streaming
+    from harness.model.checkpoint import load_model
+    from tests_patches.fake_cuda import FakeCuda
+
+    kwargs = voice_kwargs("auto", None)
+    plain, _ = streamed(load_model(checkpoint), 0, **kwargs)
+    fake = FakeCuda()
+    monkeypatch.setattr(streaming, "CUDA_STREAM_DEVICES", ("cpu",))
+    monkeypatch.setattr(streaming, "_cuda", lambda: fake)
+    model = load_model(checkpoint)  # a fresh model: its worker is made here, on the fake's stream
+    on_stream, tokens = streamed(model, 0, **kwargs)
+    assert len(tokens) >= 2 and len(on_stream) == len(plain), (len(tokens), len(on_stream), len(plain))
+    assert all(np.array_equal(a, b) for a, b in zip(on_stream, plain)), "the fake stream changed the audio"
+    names = fake.names()
+    assert names.count("Stream") == 1 and [c.device for c in fake.calls if c.name == "Stream"] == [model.device]
+    assert names.index("Stream") < names.index("Stream.wait_stream") < names.index("stream"), names
+    [wait] = [c for c in fake.calls if c.name == "Stream.wait_stream"]  # on the caller's stream of the model's device
+    assert wait.kwargs["stream"] is not None and wait.kwargs["stream"].device == model.device, wait
+    assert names.count("Stream.synchronize") == len(tokens), names

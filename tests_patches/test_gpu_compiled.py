@@ -56,3 +56,22 @@ def test_compiled_vocoder_wraps_decode_on_the_instance(model):
 def test_compile_mode_is_checked():
     with pytest.raises(ValueError, match="reduce-overhead"):
         compiled.check_mode("fast")
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("mode, marks", [("default", 0), ("reduce-overhead", 2), ("max-autotune", 2)])
+def test_the_cuda_graph_modes_mark_each_step_before_the_call(model, monkeypatch, mode, marks):
+    """In the modes where inductor records CUDA graphs, each call first tells it a new step begins (the previous
+    call's outputs were copied out), LLM and vocoder alike; the branch runs here with a compiler double."""
+    steps = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: steps.append("llm or vocoder"))
+    llm = compiled.compile_llm(model, mode=mode, devices=("cpu",), compiler=eager_compiler([]))
+    vocoder = compiled.compile_vocoder(model, mode=mode, devices=("cpu",), compiler=eager_compiler([]))
+    try:
+        with torch.inference_mode():
+            model.llm(**llm_inputs(model, L=37))
+            model.audio_tokenizer.decode(torch.randint(0, 1024, (1, 8, 20)))
+        assert len(steps) == marks and llm.passthrough == vocoder.passthrough == 0, steps
+    finally:
+        compiled.uncompile_llm(model)
+        compiled.uncompile_vocoder(model)

@@ -1,19 +1,27 @@
-"""The CUDA-graph wrapper (fastpath/gpu/graphs.py) with a capture double, on the CPU."""
+"""The CUDA-graph wrapper (fastpath/gpu/graphs.py) on the CPU: its logic with a capture double, its CUDA branches
+(capture_cuda_graph, replay events, the pool, the capturing check, synchronize) through a recording fake of
+torch.cuda (tests_patches/fake_cuda.py), and the numerics settings in its key."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
+import logging
+import re
 import threading
 import time
 
 import pytest
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from fastpath.gpu import graphs
+from fastpath.gpu import flags, graphs, synchronize
 from fastpath.gpu.shapes import Buckets
 from harness.parity import tolerance
 from harness.model.devices import llm_inputs
 from harness.parity.parity import record_generation
+from tests_patches.fake_cuda import FakeCuda
 
 POINT = dict(text=["Hi there.", "This sentence is a little bit longer than the first one."], language="en", num_step=4)
 
@@ -60,7 +68,7 @@ def capture_double(llm, pause: float = 0.0):
 @contextlib.contextmanager
 def graph_doubles(model):
     """cuda_graphs' wrapper on a CPU model with the capture double, removed after; yields the GraphedForward."""
-    graphed = graphs.install(model, devices=("cpu",), capture=capture_double(model.llm))
+    graphed = graphs.install(model, devices=("cpu",), capture=capture_double(model.llm), api=FakeCuda())
     try:
         yield graphed
     finally:
@@ -69,7 +77,8 @@ def graph_doubles(model):
 
 @pytest.fixture
 def graphed(model):
-    g = graphs.install(model, buckets=Buckets(64), max_graphs=2, devices=("cpu",), capture=capture_double(model.llm))
+    g = graphs.install(model, buckets=Buckets(64), max_graphs=2, devices=("cpu",), capture=capture_double(model.llm),
+                       api=FakeCuda())
     try:
         yield g
     finally:
@@ -115,7 +124,7 @@ def test_graph_lru_bound_holds_and_evicts(model, graphed):
 
 
 @pytest.mark.cpu
-def test_failed_capture_runs_eagerly_and_is_tried_again_a_bounded_number_of_times(model):
+def test_failed_capture_runs_eagerly_and_is_tried_again_a_bounded_number_of_times(model, caplog):
     tries = []
 
     def broken(run, pool):
@@ -124,7 +133,7 @@ def test_failed_capture_runs_eagerly_and_is_tried_again_a_bounded_number_of_time
 
     graphs.install(model, devices=("cpu",), capture=broken)
     try:
-        with torch.inference_mode():
+        with torch.inference_mode(), caplog.at_level(logging.WARNING, logger=graphs.__name__):
             kwargs = llm_inputs(model)
             ref = model.__dict__[graphs.GRAPHS_ATTR].inner(**kwargs)[0]
             outs = [model.llm(**kwargs)[0] for _ in range(graphs.CAPTURE_TRIES + 2)]
@@ -132,6 +141,8 @@ def test_failed_capture_runs_eagerly_and_is_tried_again_a_bounded_number_of_time
         s = graphs.stats(model)
         assert len(tries) == s["failures"] == graphs.CAPTURE_TRIES, f"{len(tries)} captures tried: {s}"
         assert s["graphs"] == 0 and s["misses"] == 1 and "not permitted" in s["errors"][0]
+        for_good = [r for r in caplog.records if "runs eagerly for good" in r.getMessage()]
+        assert [r.levelno for r in for_good] == [logging.WARNING], caplog.text  # said once, after the last try
     finally:
         graphs.remove(model)
 
@@ -276,3 +287,224 @@ def test_generation_through_graph_doubles_is_close_to_stock(model):
     close = tolerance.closeness(candidate, stock)
     assert close.rel_error < 1e-5 and close.argmax_agreement > 0.999, close.describe()
     assert s["graphs"] == 1 and s["hits"] == POINT["num_step"] - 1, s  # stock: one [2B, L] batch every step
+
+
+# --- the CUDA branches on the CPU: the real capture_cuda_graph and replay through a fake torch.cuda ------------------
+
+CPU = torch.device("cpu")  # the inputs' device; the fake's current device is cuda:0, as a model on cuda:1 meets it
+
+# what graphs.py, fastpath.gpu.synchronize and the stream worker call on torch.cuda: the fake must take what the
+# installed torch takes
+CUDA_NAMES = ["Stream", "Event", "CUDAGraph", "graph", "device", "current_stream", "stream", "graph_pool_handle",
+              "is_current_stream_capturing", "synchronize", "Stream.wait_stream", "Stream.wait_event",
+              "Stream.synchronize", "Event.record", "CUDAGraph.capture_begin", "CUDAGraph.capture_end",
+              "CUDAGraph.replay", "CUDAGraph.pool"]
+
+
+def parameters(obj) -> list:
+    return [(p.name, p.kind, p.default) for p in inspect.signature(obj).parameters.values()]
+
+
+@pytest.mark.parametrize("name", CUDA_NAMES)
+def test_the_fake_cuda_api_takes_what_torch_cuda_takes(name):
+    fake, real = (functools.reduce(getattr, name.split("."), root) for root in (FakeCuda(), torch.cuda))
+    assert parameters(fake) == parameters(real), \
+        f"{name}: fake {inspect.signature(fake)}, torch {inspect.signature(real)}"
+
+
+def test_every_cuda_function_graphs_calls_is_in_the_signature_check():
+    called = set(re.findall(r"\bapi\.(\w+)\(", inspect.getsource(graphs)))
+    assert called and called <= set(CUDA_NAMES), f"not checked against torch.cuda: {sorted(called - set(CUDA_NAMES))}"
+
+
+@pytest.fixture
+def fake_cuda(model):
+    """cuda_graphs on the CPU model through the fake API, capturing with the real capture_cuda_graph."""
+    fake = FakeCuda()
+    graphed = graphs.install(model, buckets=Buckets(64), devices=("cpu",), api=fake)
+    try:
+        yield graphed, fake
+    finally:
+        graphs.remove(model)
+
+
+@pytest.mark.cpu
+def test_capture_warms_up_on_a_side_stream_of_the_inputs_device_and_captures_into_one_pool(model, fake_cuda):
+    graphed, fake = fake_cuda
+    runs = []  # (current stream of the inputs' device, capturing) at every forward that runs the modules
+
+    def seen(*_):
+        runs.append((fake.current_stream(CPU), fake.is_current_stream_capturing()))
+
+    handle = model.llm.norm.register_forward_hook(seen)
+    try:
+        with torch.inference_mode():
+            out = {L: model.llm(**llm_inputs(model, L=L, seed=L))[0] for L in (40, 100)}  # two buckets, two captures
+            runs.append("eager")
+            ref = {L: graphed.inner(**llm_inputs(model, L=L, seed=L))[0] for L in (40, 100)}
+    finally:
+        handle.remove()
+    sides, default = [c.on for c in fake.calls if c.name == "Stream"], fake.default_stream(CPU)
+    assert [side.device for side in sides] == [CPU, CPU]
+    assert runs == [(sides[0], False)] * graphs.WARMUP_CALLS + [(sides[0], True)] + \
+        [(sides[1], False)] * graphs.WARMUP_CALLS + [(sides[1], True)] + ["eager", (default, False), (default, False)]
+    waits = [(c.on, c.kwargs["stream"]) for c in fake.calls if c.name == "Stream.wait_stream"]
+    assert waits == [(sides[0], default), (default, sides[0]), (sides[1], default), (default, sides[1])]
+    captures = [c.kwargs for c in fake.calls if c.name == "graph"]
+    assert [(c["pool"], c["stream"], c["capture_error_mode"]) for c in captures] == \
+        [(graphed.pool, side, "thread_local") for side in sides]
+    assert fake.names().count("graph_pool_handle") == 1 and graphed.pool is not None  # one pool, every shape
+    for L in out:
+        assert tolerance.relative_error(out[L], ref[L]) < 1e-5, f"L={L}: the replayed graph is not the forward"
+
+
+@pytest.mark.cpu
+def test_a_replay_waits_for_the_previous_replays_event_and_records_its_own(model, fake_cuda):
+    graphed, fake = fake_cuda
+    with torch.inference_mode():
+        for seed in range(3):  # one shape: captured and replayed, then replayed twice
+            kwargs = llm_inputs(model, L=40, seed=seed)
+            out, ref = model.llm(**kwargs)[0], graphed.inner(**kwargs)[0]
+            assert tolerance.relative_error(out, ref) < 1e-5, f"replay {seed} is not the forward of its inputs"
+    order = [c for c in fake.calls if c.name in ("Stream.wait_event", "CUDAGraph.replay", "Event.record")]
+    assert [c.name for c in order] == ["CUDAGraph.replay", "Event.record"] + \
+        ["Stream.wait_event", "CUDAGraph.replay", "Event.record"] * 2
+    records, waits = [c for c in order if c.name == "Event.record"], [c for c in order if c.name == "Stream.wait_event"]
+    assert [w.kwargs["event"] for w in waits] == [r.on for r in records[:2]] and len({id(r.on) for r in records}) == 3
+    default = fake.default_stream(CPU)  # the inputs' device's current stream
+    assert all(r.kwargs["stream"] is default for r in records) and all(w.on is default for w in waits)
+
+
+@pytest.mark.cpu
+def test_a_call_while_another_capture_runs_passes_through_uncaptured(model, fake_cuda):
+    graphed, fake = fake_cuda
+    kwargs = llm_inputs(model, L=40)
+    with torch.inference_mode():
+        ref = graphed.inner(**kwargs)[0]
+        with fake.graph(fake.CUDAGraph()):  # someone captures a larger call on this thread
+            out = model.llm(**kwargs)[0]
+    assert graphed.passthrough == 1 and len(graphed.cache) == 0 and graphed.pool is None, graphs.stats(model)
+    assert torch.equal(out, ref)
+
+
+@pytest.mark.cpu
+def test_capture_and_replay_run_on_the_inputs_device_not_the_current_one(model, fake_cuda):
+    graphed, fake = fake_cuda
+    fake.default_capture_stream = fake.default_stream(0)  # torch.cuda.graph's own stream, made by an earlier capture
+    with torch.inference_mode():
+        for seed in range(2):
+            model.llm(**llm_inputs(model, L=40, seed=seed))
+    names = set(fake.names())
+    assert {"device", "Stream", "graph", "CUDAGraph.capture_begin", "CUDAGraph.replay", "Event.record",
+            "synchronize"} <= names, names
+    elsewhere = [(c.name, str(c.device)) for c in fake.calls if c.device != CPU]
+    assert not elsewhere, f"calls on another device than the inputs': {elsewhere}"
+    assert fake.device_now() == torch.device("cuda", 0), "the current device was not put back"
+
+
+@pytest.mark.cpu
+def test_synchronize_waits_through_the_api_for_the_devices_given():
+    fake = FakeCuda()
+    synchronize("cpu", api=fake, devices=("cpu",))
+    synchronize("cpu", api=fake)  # the CPU is not among the default devices ("cuda",): nothing to wait for
+    assert [(c.name, c.device) for c in fake.calls] == [("synchronize", CPU)]
+
+
+# --- numerics: the process settings a graph bakes in are part of its key -------------------------------------------
+
+
+@contextlib.contextmanager
+def switched(read, write, value):
+    before = read()
+    write(value)
+    try:
+        yield
+    finally:
+        write(before)
+
+
+def toggled(obj, name):
+    return switched(lambda: getattr(obj, name), lambda value: setattr(obj, name, value), not getattr(obj, name))
+
+
+def sdp_toggled(kind):
+    read = getattr(torch.backends.cuda, f"{kind}_sdp_enabled")
+    return switched(read, getattr(torch.backends.cuda, f"enable_{kind}_sdp"), not read())
+
+
+def sdp_reordered():
+    order = [SDPBackend(i) for i in torch._C._get_sdp_priority_order()]
+    return sdpa_kernel(order[::-1], set_priority=True)  # every backend on, another priority
+
+
+MATMUL, CUDNN = torch.backends.cuda.matmul, torch.backends.cudnn
+# base (the first and third call), change (the second call): each changes one setting of Numerics
+NUMERICS_CHANGES = [
+    pytest.param(contextlib.nullcontext, lambda: toggled(MATMUL, "allow_tf32"), id="matmul-tf32"),
+    pytest.param(contextlib.nullcontext, lambda: toggled(CUDNN, "allow_tf32"), id="cudnn-tf32"),
+    pytest.param(contextlib.nullcontext, lambda: toggled(MATMUL, "allow_fp16_reduced_precision_reduction"),
+                 id="fp16-reduction"),
+    pytest.param(contextlib.nullcontext, lambda: toggled(MATMUL, "allow_bf16_reduced_precision_reduction"),
+                 id="bf16-reduction"),
+    pytest.param(contextlib.nullcontext, lambda: torch.autocast("cpu", dtype=torch.bfloat16), id="autocast-on"),
+    pytest.param(functools.partial(torch.autocast, "cpu", dtype=torch.bfloat16),
+                 functools.partial(torch.autocast, "cpu", dtype=torch.float16), id="autocast-dtype"),
+    *[pytest.param(contextlib.nullcontext, functools.partial(sdp_toggled, kind), id=f"sdp-{kind}")
+      for kind in ("flash", "mem_efficient", "math", "cudnn")],
+    pytest.param(contextlib.nullcontext, lambda: sdpa_kernel([SDPBackend.MATH]), id="sdpa-kernel-math"),
+    pytest.param(contextlib.nullcontext, sdp_reordered, id="sdpa-priority"),
+]
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("base, change", NUMERICS_CHANGES)
+def test_a_change_of_numerics_captures_anew_and_changing_back_replays_the_first_graph(model, graphed,
+                                                                                      torch_settings, base, change):
+    kwargs = llm_inputs(model, L=40)
+    with torch.inference_mode(), base():
+        model.llm(**kwargs)
+        with change():
+            model.llm(**kwargs)
+        model.llm(**kwargs)
+    s = graphs.stats(model)
+    assert (s["misses"], s["hits"], s["graphs"]) == (2, 1, 2), s
+    first, second = (k.numerics for k in reversed(s["keys"]))  # most recently used first
+    assert first != second, s["keys"]
+
+
+@pytest.mark.cpu
+def test_graphs_captured_with_tf32_are_not_replayed_after_cuda_tf32_reverts(model, graphed, torch_settings):
+    kwargs, before = llm_inputs(model, L=40), flags.read()
+    with torch.inference_mode():
+        flags.write(flags.SETTINGS)  # what cuda_tf32 sets on a CUDA model
+        model.llm(**kwargs)
+        flags.write({name: before[name] for name in flags.SETTINGS})  # what its revert puts back
+        model.llm(**kwargs)
+    s = graphs.stats(model)
+    assert (s["misses"], s["hits"]) == (2, 0), f"a graph captured with TF32 on was replayed with it off: {s}"
+
+
+@pytest.mark.cpu
+def test_tf32_set_through_both_of_torchs_apis_is_keyed_not_refused(model, graphed):
+    """torch refuses to read cudnn.allow_tf32 once conv and rnn differ (set through its new API): the key reads the
+    new API's settings instead, so the calls are captured, not broken, and a further change there is seen too."""
+    backends = torch.backends
+    settings = [(backends, "fp32_precision"), (backends.cudnn, "fp32_precision"),
+                (backends.cuda.matmul, "fp32_precision"), (backends.cudnn.conv, "fp32_precision"),
+                (backends.cudnn.rnn, "fp32_precision")]
+    before = [getattr(obj, name) for obj, name in settings]
+    kwargs = llm_inputs(model, L=40)
+    try:
+        with torch.inference_mode():
+            model.llm(**kwargs)
+            backends.cudnn.conv.fp32_precision = "ieee" if before[3] == "tf32" else "tf32"
+            with pytest.raises(RuntimeError, match="legacy and new APIs"):
+                backends.cudnn.allow_tf32
+            model.llm(**kwargs)
+            backends.cuda.matmul.fp32_precision = "ieee" if before[2] == "tf32" else "tf32"  # still unreadable
+            model.llm(**kwargs)
+    finally:
+        for (obj, name), value in zip(settings, before):
+            setattr(obj, name, value)
+    s = graphs.stats(model)
+    assert (s["misses"], s["hits"], s["passthrough"]) == (3, 0, 0), s

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from fastpath.gpu.shapes import Buckets, GraphKey, LRUCache, graph_key
+from fastpath.gpu.shapes import Buckets, GraphKey, LRUCache, Numerics, graph_key
 
 # --- buckets, keys, LRU ----------------------------------------------------------------------------------------------
 
@@ -52,6 +52,10 @@ def test_graph_key_shares_a_bucket_and_separates_everything_else():
         graph_key(2, 300, 300, torch.bfloat16, "cuda:1", "sdpa", b),  # device
         graph_key(2, 300, 300, torch.bfloat16, "cuda:0", "eager", b),  # attention implementation
         graph_key(2, 300, 400, torch.bfloat16, "cuda:0", "sdpa", b),  # wider keys (trimmed layout)
+        # numerics the kernels were picked under: TF32, autocast, the SDPA backends
+        graph_key(2, 300, 300, torch.bfloat16, "cuda:0", "sdpa", b, numerics=Numerics(tf32=(True, True))),
+        graph_key(2, 300, 300, torch.bfloat16, "cuda:0", "sdpa", b, numerics=Numerics(autocast="torch.bfloat16")),
+        graph_key(2, 300, 300, torch.bfloat16, "cuda:0", "sdpa", b, numerics=Numerics(sdpa=(False, True, True, True))),
     ]
     assert len({key, *others}) == 1 + len(others)
     trimmed = graph_key(3, 40, 300, torch.bfloat16, "cuda:0", "sdpa", b)

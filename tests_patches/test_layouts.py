@@ -104,3 +104,24 @@ def test_the_loop_asks_for_one_prefix_length_per_batch_under_prefix_kv_cache_onl
     with fastpath.patched(model, flags):
         model.generate(text=["Hi.", "Hello there."], language="en", num_step=2)
     assert asked == [by_start], f"generate's layouts asked by_start={asked}, expected [{by_start}]"
+
+
+def test_off_the_cpu_the_bit_probes_step_aside(monkeypatch):
+    """The loop's early returns for a model off the CPU (no patch claims bit-exactness there), run here on `meta`
+    tensors: the GEMM probe says rows are independent, a row count is what was asked, lean_llm does not fit, the
+    scoring runs are not cut by the CPU's cache budget, and an attention cut is stock's (P, P); none measures."""
+    meta = lambda *shape: torch.empty(*shape, device="meta")  # noqa: E731
+    monkeypatch.setattr(loop, "_PROBED", {})  # a probe that ran would add an entry
+    layer = SimpleNamespace(self_attn=SimpleNamespace(q_proj=SimpleNamespace(weight=meta(64, 32))),
+                            mlp=SimpleNamespace(down_proj=SimpleNamespace(weight=meta(32, 64))))
+    model = SimpleNamespace(llm=SimpleNamespace(layers=[layer]), audio_heads=SimpleNamespace(weight=meta(48, 32)))
+    assert loop.gemm_rows_independent(model) is True and loop._PROBED == {}
+    assert loop.row_count([meta(64, 32)], torch.arange(5), 10, 7) == 7
+    assert loop.lean_llm_fits(model, meta(1, 9, 32)) is False
+    monkeypatch.setattr(loop, "SCORE_RUN_ELEMENTS", 1)  # on the CPU every item would be a run of its own
+    calls = []
+    loop.score_runs(SimpleNamespace(_predict_tokens_with_scoring=lambda c, u, g: calls.append(c.shape) or
+                                    (c.argmax(-1), c.amax(-1))), meta(2, 2, 10, 3), [(0, 4), (4, 6)], None)
+    assert calls == [torch.Size([1, 2, 10, 3])], calls
+    mask = torch.ones(1, 1, 300, 300, dtype=torch.bool)
+    assert loop.attention_cut("sdpa", None, meta(1, 4, 300, 16), meta(1, 2, 300, 16), mask, 40, {}) == (300, 300)

@@ -35,6 +35,7 @@ from harness.speed.compare import (
     compare_speed_runs,
     gate_on_baseline,
     judge_points,
+    main as compare_main,
     min_p_value,
     min_samples_for_alpha,
     new_only_points,
@@ -398,3 +399,76 @@ def test_a_corrupt_or_foreign_baseline_is_an_error(tmp_path, text, match):
     path.write_text(text)
     with pytest.raises(BaselineError, match=match):
         gate_on_baseline(config(True), path, KEY, measured(np.random.default_rng(8), {"p/stock": 1.0}), SAVE)
+
+
+# --- a GPU runner's gate: its own card's baseline, or a failure naming how to record it ----------------------------
+
+GPU_KEY = "cuda-nvidia-h100-80gb-hbm3__torch-2.14.1-cu130__omnivoice-0.2.1"
+GPU_SAVE = "python -m pytest -m cuda tests_speed/test_gpu_speed.py --save-baseline"
+
+
+def gpu_baseline(folder: Path, key: str, factor: float = 1.0) -> Path:
+    path = folder / f"{key}.json"
+    save_baseline(path, device_key=key, machine={"device": "cuda"}, command=GPU_SAVE,
+                  points={"p/gpu@bf16": {"metric": "rtf", "samples": list(timings(np.random.default_rng(9), n=8,
+                                                                                    median=MEDIAN * factor))}})
+    return path
+
+
+@pytest.mark.parametrize("stored, worse", [
+    ("cuda-nvidia-h100-80gb-hbm3__torch-2.11.0-cu130__omnivoice-0.2.1", "torch-2.11.0-cu130 where this machine has "
+                                                                         "torch-2.14.1-cu130"),
+    ("cuda-nvidia-h100-80gb-hbm3__torch-2.14.1-cu130__omnivoice-0.2.0", "omnivoice-0.2.0 where this machine has "
+                                                                         "omnivoice-0.2.1"),
+    (None, None),
+], ids=["older-torch", "older-omnivoice", "none"])
+def test_a_gpu_runner_without_its_own_baseline_fails_naming_the_record_command_and_the_near_misses(tmp_path, stored,
+                                                                                                worse):
+    """On a GPU runner a stored baseline is a missing input (strict: a failure; lenient: not judged), and the message
+    names the same card's baselines that another torch or omnivoice keeps from matching. Another card's is no near
+    miss."""
+    gpu_baseline(tmp_path, "cuda-nvidia-h200__torch-2.14.1-cu130__omnivoice-0.2.1")
+    if stored:
+        gpu_baseline(tmp_path, stored)
+    run = measured(np.random.default_rng(10), {"p/gpu@bf16": 1.0})
+    with pytest.raises(pytest.fail.Exception) as failed:
+        gate_on_baseline(config(True), tmp_path / f"{GPU_KEY}.json", GPU_KEY, run, GPU_SAVE, absent="missing")
+    text = str(failed.value)
+    assert text.startswith(f"MISSING INPUT: no speed baseline for this machine ({GPU_KEY})"), text
+    assert f"record it on this machine: {GPU_SAVE}" in text and "h200" not in text, text
+    assert (worse in text) if worse else "the same hardware has only" not in text, text
+    with pytest.raises(pytest.skip.Exception, match="^not judged: no speed baseline for this machine"):
+        gate_on_baseline(config(False), tmp_path / f"{GPU_KEY}.json", GPU_KEY, run, GPU_SAVE, absent="missing")
+
+
+def test_a_gpu_runner_with_its_own_baseline_is_judged_by_it(tmp_path):
+    path = gpu_baseline(tmp_path, GPU_KEY)
+    rng = np.random.default_rng(11)
+    gate_on_baseline(config(True), path, GPU_KEY, measured(rng, {"p/gpu@bf16": 1.0}), GPU_SAVE, absent="missing")
+    with pytest.raises(pytest.fail.Exception, match="speed regressed"):
+        gate_on_baseline(config(True), path, GPU_KEY, measured(rng, {"p/gpu@bf16": 2.0}), GPU_SAVE,
+                         remeasure=lambda: measured(rng, {"p/gpu@bf16": 2.0}), absent="missing")
+
+
+def bench_run(folder: Path, key: str, factor: float) -> Path:
+    path = folder / "new.json"
+    save_baseline(path, device_key=key, machine={"device": "cuda"}, command="fastpath-suite bench ...",
+                  points={"p/gpu@bf16": {"metric": "rtf", "samples": list(timings(np.random.default_rng(12), n=8,
+                                                                                    median=MEDIAN * factor))}})
+    return path
+
+
+def test_compare_stored_finds_the_baseline_of_the_new_runs_device_key(tmp_path, monkeypatch, capsys):
+    """`fastpath-suite compare stored NEW`: the baseline stored for NEW's device key, never a file named by hand for
+    another torch (the documented GPU example once named one that no runner of the pinned torch matches)."""
+    import harness
+
+    monkeypatch.setattr(harness, "BASELINES", tmp_path / "baselines")
+    gpu_baseline(tmp_path / "baselines", "cuda-nvidia-h100-80gb-hbm3__torch-2.11.0-cu130__omnivoice-0.2.1")
+    assert compare_main(["stored", str(bench_run(tmp_path, GPU_KEY, 1.0))]) == 2
+    err = capsys.readouterr().err
+    assert "no speed baseline for this machine" in err and "torch-2.11.0-cu130 where this machine has" in err, err
+    assert "--save-baseline" in err, err
+    gpu_baseline(tmp_path / "baselines", GPU_KEY)
+    assert compare_main(["stored", str(bench_run(tmp_path, GPU_KEY, 1.0))]) == 0
+    assert compare_main(["stored", str(bench_run(tmp_path, GPU_KEY, 2.0))]) == 1

@@ -17,7 +17,10 @@ CALLS = 10
 # RSS wanders by a few MiB; a leak of one sequence's activations per call (the failure this catches) grows
 # by tens of MiB over 8 calls.
 RSS_GROWTH_BOUND_MB = 24.0
-CUDA_GROWTH_BOUND_MB = 1.0  # allocated (not reserved) bytes must return to the same level after every call
+CUDA_GROWTH_BOUND_MB = 1.0  # allocated bytes must return to the same level after every call
+# reserved: the caching allocator may keep a new block for a new shape, but not one per call (as `fastpath-suite
+# memory`'s FLAT_MIB["reserved"], harness/speed/service.py)
+CUDA_RESERVED_GROWTH_BOUND_MB = 64.0
 
 
 def rss_mb() -> float:
@@ -48,10 +51,30 @@ def test_cuda_memory_is_flat_over_repeated_calls(checkpoint, patches):
     model = load_model(checkpoint, device="cuda", dtype=torch.bfloat16)
     kwargs = point("clone6-medium-16").generate_kwargs(model)
     with fastpath.patched(model, list(patches)):
-        allocated, peaks = cuda_memory_over_calls(model, kwargs, CALLS)
-    growth = allocated[-1] - allocated[1]
-    print(f"peak per generate {max(peaks):.0f} MiB; allocated after calls {[round(a, 1) for a in allocated]}")
-    assert growth < CUDA_GROWTH_BOUND_MB, f"CUDA memory grew {growth:.2f} MiB over {CALLS - 2} calls"
+        mib = cuda_memory_over_calls(model, kwargs, CALLS)
+    growth = {k: mib[k][-1] - mib[k][1] for k in ("allocated", "reserved")}
+    print(f"peak per generate {max(mib['peak_allocated']):.0f} MiB allocated, {max(mib['peak_reserved']):.0f} MiB "
+          f"reserved; after each call {[round(a, 1) for a in mib['allocated']]} allocated")
+    assert growth["allocated"] < CUDA_GROWTH_BOUND_MB, f"CUDA memory grew {growth} MiB over {CALLS - 2} calls"
+    assert growth["reserved"] < CUDA_RESERVED_GROWTH_BOUND_MB, f"reserved memory grew {growth} MiB"
+
+
+@pytest.mark.cpu
+def test_cuda_memory_over_calls_reads_every_series_after_each_call(model, monkeypatch):
+    """The CUDA branch of the memory reading, run on the CPU model with torch.cuda's memory counters faked: each
+    call resets the peaks on the model's device, then reads allocated, reserved and both peaks after it."""
+    calls = []
+    counter = iter(range(1000))
+    for name in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved"):
+        monkeypatch.setattr(torch.cuda, name, lambda device, name=name: calls.append((name, device)) or
+                            next(counter) * 2**20)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: calls.append(("reset", device)))
+    kwargs = dict(text="Hi.", language="en", num_step=2, postprocess_output=False)
+    mib = cuda_memory_over_calls(model, kwargs, 2)
+    assert mib == {"allocated": [0.0, 4.0], "peak_allocated": [1.0, 5.0], "reserved": [2.0, 6.0],
+                   "peak_reserved": [3.0, 7.0]}, mib
+    assert [n for n, _ in calls] == ["reset", "memory_allocated", "max_memory_allocated", "memory_reserved",
+                                     "max_memory_reserved"] * 2 and {d for _, d in calls} == {torch.device("cpu")}
 
 
 # --- memory over long service (harness.speed.service, `fastpath-suite memory`) -----------------------------------

@@ -17,13 +17,14 @@ Importing this package imports no torch.
 """
 
 
-def synchronize(device) -> None:
-    """Wait for the device's queued work (CUDA, MPS); nothing to wait for on the CPU. Timers read the clock after
-    this, never before."""
+def synchronize(device, api=None, devices: tuple = ("cuda",)) -> None:
+    """Wait for the device's queued work: through `api` (default `torch.cuda`) for a device type in `devices`, through
+    torch.mps on MPS; nothing to wait for on the CPU. Timers read the clock after this, never before. cuda_graphs
+    passes its own API and devices, so a test with a fake CUDA API and devices=("cpu",) runs the CUDA branch."""
     import torch
 
     device = torch.device(device)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    if device.type in devices:
+        (torch.cuda if api is None else api).synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()

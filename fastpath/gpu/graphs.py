@@ -5,12 +5,23 @@ faster than Python and the driver can issue them. A CUDA graph issues the whole 
 replays one fixed shape and fixed addresses, so each call is padded up to a bucketed shape (shapes.py, padding.py)
 and copied into that shape's static input buffers; the real rows of the static output are copied out.
 
-Stages per call: `llm_call_shape` -> `graph_key` -> `LRUCache.get_or_create` (first time: fill, warm up on a side
-stream, capture) -> `fill_padded` -> replay -> `hidden_output`. Captures share one memory pool (graphs replay one
-at a time on one stream, and each keeps its static output alive, so no graph reads memory another one wrote).
-Calls that are not on CUDA, need gradients, run inside another capture, or carry arguments the padding does not
-handle go to the stock forward unchanged; a shape whose capture fails runs eagerly, is counted, and is captured
-again on a later call (at most CAPTURE_TRIES times in all).
+Stages per call: `llm_call_shape` -> `read_numerics` -> `graph_key` -> `LRUCache.get_or_create` (first time: fill,
+warm up on a side stream, capture) -> `fill_padded` -> replay -> `hidden_output`. Captures share one memory pool
+(graphs replay one at a time on one stream, and each keeps its static output alive, so no graph reads memory another
+one wrote). Calls that are not on a device the wrapper captures on, need gradients, run inside another capture, or
+carry arguments the padding does not handle go to the stock forward unchanged; a shape whose capture fails runs
+eagerly, is counted, and is captured again on a later call (at most CAPTURE_TRIES times in all, then a warning says
+it runs eagerly for good).
+
+Numerics: a graph replays the kernels and math modes picked at capture, so the key holds the process settings that
+pick them (`Numerics`: TF32, reduced-precision reductions, autocast, the SDPA backends), read on every call (about
+ten C++ reads). Reverting `cuda_tf32` therefore captures anew instead of replaying TF32 graphs, and setting TF32
+back finds the old ones.
+
+Devices: capture (side stream, warm-up, graph, pool) and replay (event wait, replay, event record) run under the
+inputs' device (`torch.cuda.device(embeds.device)`, streams of that device), so a model on cuda:1 captures there
+whatever device is current. The CUDA API is reached through `GraphedForward.api` (`torch.cuda` by default; tests
+pass a recording fake, tests_patches/fake_cuda.py, with devices=("cpu",), and the CPU runs these branches).
 
 Packed calls (packed_cfg: embeddings [1, N, H], positions [1, N], the segment of each position in
 `fastpath_documents`) are keyed by N, already a multiple of FlexAttention's block; their static inputs are the
@@ -38,6 +49,7 @@ import logging
 import threading
 import time
 import weakref
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -46,7 +58,7 @@ import torch
 from fastpath.gpu import synchronize
 from fastpath import instance
 from fastpath.gpu.padding import fill_padded, hidden_output, llm_call_shape
-from fastpath.gpu.shapes import DEFAULT_BUCKETS, Buckets, GraphKey, LRUCache, graph_key
+from fastpath.gpu.shapes import DEFAULT_BUCKETS, Buckets, GraphKey, LRUCache, Numerics, graph_key
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +66,7 @@ GRAPHS_ATTR = "_fastpath_cuda_graphs"  # model instance attribute: the GraphedFo
 DEFAULT_MAX_GRAPHS = 32
 WARMUP_CALLS = 2  # eager runs on a side stream before capture (lazy cuBLAS/cuDNN init stays out of the graph)
 CAPTURE_TRIES = 3  # captures of one shape before it runs eagerly for good (a failure may be passing)
-_CAPTURE_LOCK = threading.Lock()  # one capture at a time in the process (torch.cuda.graph's default side stream)
+_CAPTURE_LOCK = threading.Lock()  # one capture at a time in the process (torch documents that limit)
 
 
 @dataclass
@@ -62,7 +74,7 @@ class Captured:
     """One shape's graph and its static buffers: embeds [G, Lb, H], mask [G, 1, Lb, Pb], hidden [G, Lb, H]; for a
     packed call (packed_cfg) embeds [1, N, H], a [1, 1, 1, 1] mask, positions [1, N] and documents [N]."""
 
-    graph: object | None  # torch.cuda.CUDAGraph (or a test double with .replay()); None: capture failed, run eagerly
+    graph: object | None  # api.CUDAGraph (or a test double with .replay()); None: capture failed, run eagerly
     embeds: torch.Tensor | None
     mask: torch.Tensor | None
     hidden: torch.Tensor | None
@@ -74,18 +86,47 @@ class Captured:
     # built inside the graph from these, so a replay needs only the new ids)
 
 
-def capture_cuda_graph(run: Callable, pool) -> tuple:
-    """Warm `run` up on a side stream, then capture it; returns (graph, its static output)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
+def capture_cuda_graph(run: Callable, pool, device: torch.device, api=torch.cuda) -> tuple:
+    """Warm `run` up on a side stream of `device`, then capture it on that stream into `pool`; returns (graph, its
+    static output). The caller holds `api.device(device)`."""
+    stream = api.Stream(device=device)
+    stream.wait_stream(api.current_stream(device))
+    with api.stream(stream):
         for _ in range(WARMUP_CALLS):
             run()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+    api.current_stream(device).wait_stream(stream)
+    graph = api.CUDAGraph()
+    # on the warm-up's stream: torch.cuda.graph's default stream is made once, on the device current at the
+    # process's first capture, and entering it would switch a later capture on another device to that one
+    with api.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
         hidden = run()
     return graph, hidden
+
+
+def _tf32() -> tuple:
+    backends = torch.backends
+    try:
+        return backends.cuda.matmul.allow_tf32, backends.cudnn.allow_tf32
+    except RuntimeError:  # set through both torch's old and new APIs: the new API's settings decide the flags
+        return (backends.fp32_precision, backends.cudnn.fp32_precision, backends.cuda.matmul.fp32_precision,
+                backends.cudnn.conv.fp32_precision, backends.cudnn.rnn.fp32_precision)
+
+
+def _sdp_priority() -> tuple:
+    order = getattr(torch._C, "_get_sdp_priority_order", None)  # sdpa_kernel(..., set_priority=True) sets it
+    return () if order is None else tuple(order())
+
+
+def read_numerics(device_type: str) -> Numerics:
+    """The settings a capture bakes in, now (`Numerics`); `device_type` is the inputs' (autocast is per type)."""
+    matmul, cuda = torch.backends.cuda.matmul, torch.backends.cuda
+    autocast = str(torch.get_autocast_dtype(device_type)) if torch.is_autocast_enabled(device_type) else ""
+    return Numerics(
+        tf32=_tf32(),
+        reduced=(matmul.allow_fp16_reduced_precision_reduction, matmul.allow_bf16_reduced_precision_reduction),
+        autocast=autocast,
+        sdpa=(cuda.flash_sdp_enabled(), cuda.mem_efficient_sdp_enabled(), cuda.math_sdp_enabled(),
+              cuda.cudnn_sdp_enabled()) + _sdp_priority())
 
 
 class _Registrations:
@@ -181,10 +222,6 @@ def fill_packed(embeds: torch.Tensor, call: PackedCall, static: Captured) -> Non
     static.documents.copy_(call.ids)
 
 
-def _capturing(device: torch.device) -> bool:
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-
-
 @dataclass(eq=False, repr=False)
 class GraphedForward:
     """Stands in for `llm.forward` on the instance: replays a captured graph per bucketed shape.
@@ -194,7 +231,10 @@ class GraphedForward:
         inner: the forward it replaces (stock bound method, or whatever the instance had).
         buckets: the length ladder; max_graphs: LRU bound on live captures.
         devices: device types it captures on; anything else calls `inner`.
-        capture: (run, pool) -> (graph, static output); `capture_cuda_graph` unless a test passes a double.
+        capture: (run, pool) -> (graph, static output), a test's double; None: `capture_cuda_graph` through `api`.
+        api: the CUDA API for streams, events, graphs, the pool and synchronisation on `devices`: `torch.cuda` when
+            None and "cuda" is in `devices`; a test passes a fake with devices=("cpu",); stays None for a capture
+            double on the CPU (nothing queued, nothing to order).
     """
 
     llm: torch.nn.Module
@@ -202,7 +242,8 @@ class GraphedForward:
     buckets: Buckets = DEFAULT_BUCKETS
     max_graphs: int = DEFAULT_MAX_GRAPHS
     devices: tuple = ("cuda",)
-    capture: Callable = capture_cuda_graph
+    capture: Callable | None = None
+    api: object = None
     cache: LRUCache = field(init=False)
     pool: object = None
     passthrough: int = 0  # calls sent to `inner` because they are not capturable
@@ -210,10 +251,14 @@ class GraphedForward:
     recaptures: int = 0  # times the weights changed under captured graphs, which were dropped
 
     def __post_init__(self):
+        if self.api is None and "cuda" in self.devices:
+            self.api = torch.cuda
+        if self.api is None and self.capture is None:
+            raise ValueError(f"cuda_graphs on {self.devices} needs a CUDA API or a capture double")
         self.cache = LRUCache(self.max_graphs)  # a dropped entry frees its graph and buffers with its last reference
         self.weights = Weights(self.llm)
         self.lock = threading.Lock()  # one call at a time uses the static buffers
-        self.last = None  # CUDA event recorded after the last replay's output was copied out
+        self.last = None  # api.Event recorded after the last replay's output was copied out
         self.graphs_weights = None  # the weights number the cached graphs were captured with
 
     def __deepcopy__(self, memo):
@@ -221,7 +266,7 @@ class GraphedForward:
         import copy
 
         return GraphedForward(copy.deepcopy(self.llm, memo), copy.deepcopy(self.inner, memo), self.buckets,
-                              self.max_graphs, self.devices, self.capture)
+                              self.max_graphs, self.devices, self.capture, self.api)
 
     def close(self) -> None:
         self.cache.clear()
@@ -232,8 +277,7 @@ class GraphedForward:
         packed = packed_call_length(args, kwargs)
         shape = llm_call_shape(args, kwargs) if packed is None else (1, packed, packed)
         embeds = kwargs.get("inputs_embeds")
-        if shape is None or embeds.device.type not in self.devices or torch.is_grad_enabled() \
-                or _capturing(embeds.device):
+        if shape is None or embeds.device.type not in self.devices or torch.is_grad_enabled() or self._capturing():
             self.passthrough += 1
             return self.inner(*args, **kwargs)
         rows, length, keys = shape
@@ -247,9 +291,11 @@ class GraphedForward:
                     self.recaptures += 1
                     self.cache.clear()  # every graph reads the old storages
                 self.graphs_weights = weights
+            numerics = read_numerics(embeds.device.type)
             # a packed length is already a multiple of the FlexAttention block: its own key, not bucketed again
-            key = GraphKey(1, length, length, str(embeds.dtype), str(embeds.device), attention, weights) if packed \
-                else graph_key(rows, length, keys, embeds.dtype, embeds.device, attention, self.buckets, weights)
+            key = GraphKey(1, length, length, str(embeds.dtype), str(embeds.device), attention, weights, numerics) \
+                if packed else graph_key(rows, length, keys, embeds.dtype, embeds.device, attention, self.buckets,
+                                         weights, numerics)
             known = key in self.cache
             entry = self.cache.get_or_create(key, lambda: self._capture(key, embeds, mask, call=call))
             if known and entry.graph is None and entry.tries < CAPTURE_TRIES:  # failed on an earlier call: again
@@ -259,25 +305,37 @@ class GraphedForward:
                 return self._replay(entry, embeds, mask, length, call)
         return self.inner(*args, **kwargs)  # this shape's capture failed: eagerly, outside the lock
 
+    def _capturing(self) -> bool:
+        """Whether this thread's current stream is capturing (someone's graph of a larger call): not ours to capture."""
+        return self.api is not None and self.api.is_current_stream_capturing()
+
+    def _on(self, device: torch.device):
+        """`api.device(device)`: the inputs' device is current while its graphs are captured and replayed."""
+        return nullcontext() if self.api is None else self.api.device(device)
+
+    def _synchronize(self, device: torch.device) -> None:
+        synchronize(device, self.api, self.devices if self.api is not None else ())
+
     def _replay(self, entry: Captured, embeds: torch.Tensor, mask: torch.Tensor, length: int,
                 call: PackedCall | None = None) -> torch.Tensor:
-        on_cuda = embeds.device.type == "cuda"
-        if on_cuda and self.last is not None:
-            torch.cuda.current_stream(embeds.device).wait_event(self.last)  # another stream's replay is done
-        if call is None:
-            fill_padded(embeds, mask, entry.embeds, entry.mask)
-        else:
-            fill_packed(embeds, call, entry)
-        entry.graph.replay()
-        out = hidden_output(entry.hidden, length)
-        if on_cuda:
-            self.last = torch.cuda.Event()
-            self.last.record(torch.cuda.current_stream(embeds.device))
+        with self._on(embeds.device):
+            stream = None if self.api is None else self.api.current_stream(embeds.device)
+            if stream is not None and self.last is not None:
+                stream.wait_event(self.last)  # the previous replay (maybe on another stream) has copied its output
+            if call is None:
+                fill_padded(embeds, mask, entry.embeds, entry.mask)
+            else:
+                fill_packed(embeds, call, entry)
+            entry.graph.replay()
+            out = hidden_output(entry.hidden, length)
+            if stream is not None:
+                self.last = self.api.Event()
+                self.last.record(stream)
         return out
 
     def _capture(self, key: GraphKey, embeds: torch.Tensor, mask: torch.Tensor, tries: int = 1,
                  call: PackedCall | None = None) -> Captured:
-        with _CAPTURE_LOCK:
+        with _CAPTURE_LOCK, self._on(embeds.device):
             return self._capture_alone(key, embeds, mask, tries, call)
 
     def _capture_alone(self, key: GraphKey, embeds: torch.Tensor, mask: torch.Tensor, tries: int,
@@ -285,7 +343,7 @@ class GraphedForward:
         from fastpath.gpu.packed import Documents
 
         device = embeds.device
-        synchronize(device)
+        self._synchronize(device)
         start = time.perf_counter()
         static = Captured(None, None, None, None, 0.0)  # the static inputs, filled with this call's real data
         with torch.inference_mode(False):  # normal tensors: writable from inside and outside inference mode
@@ -309,17 +367,18 @@ class GraphedForward:
                               fastpath_documents=Documents(static.documents), return_dict=True, use_cache=False)[0]
 
         try:
-            if self.pool is None and device.type == "cuda":
-                self.pool = torch.cuda.graph_pool_handle()
-            graph, hidden = self.capture(run, self.pool)
+            if self.pool is None and self.api is not None:
+                self.pool = self.api.graph_pool_handle()  # one pool for every shape of this wrapper
+            graph, hidden = self.capture(run, self.pool) if self.capture is not None else \
+                capture_cuda_graph(run, self.pool, device, self.api)
         except Exception as err:  # noqa: BLE001 - any capture failure falls back to eager for this shape
             self.cache.stats.failures += 1
-            log.warning("cuda_graphs: capture %d/%d of %s failed, running it eagerly: %s", tries, CAPTURE_TRIES, key,
-                        err)
+            after = "it runs eagerly for good" if tries >= CAPTURE_TRIES else "running it eagerly, to be tried again"
+            log.warning("cuda_graphs: capture %d/%d of %s failed, %s: %s", tries, CAPTURE_TRIES, key, after, err)
             entry = Captured(None, None, None, None, time.perf_counter() - start, f"{type(err).__name__}: {err}",
                              tries)
         else:
-            synchronize(device)
+            self._synchronize(device)
             entry = Captured(graph, static.embeds, static.mask, hidden, time.perf_counter() - start, None, tries,
                              static.positions, static.documents)
         self.captures.append((key, entry.seconds, entry.error))
@@ -342,19 +401,20 @@ class GraphedForward:
 
 
 def install(model, buckets: Buckets = DEFAULT_BUCKETS, max_graphs: int = DEFAULT_MAX_GRAPHS,
-            devices: tuple = ("cuda",), capture: Callable = capture_cuda_graph) -> GraphedForward:
+            devices: tuple = ("cuda",), capture: Callable | None = None, api=None) -> GraphedForward:
     """Put a GraphedForward in front of `model.llm.forward` (instance only). Idempotent.
 
     Args:
         model: a loaded OmniVoice.
         buckets: sequence-length ladder (default: multiples of 64).
         max_graphs: most captured shapes kept; the least recently used is dropped beyond it.
-        devices: device types to capture on (default CUDA only; tests pass ("cpu",) with a capture double).
-        capture: how one shape is captured (default: `capture_cuda_graph`).
+        devices: device types to capture on (default CUDA only; tests pass ("cpu",) with a fake API or a double).
+        capture: how one shape is captured, (run, pool) -> (graph, static output) (default: `capture_cuda_graph`).
+        api: the CUDA API (default `torch.cuda` when "cuda" is in `devices`; tests pass tests_patches/fake_cuda.py's).
     """
     llm = model.llm
     return instance.install_wrapper(model, GRAPHS_ATTR, llm, "forward", lambda: GraphedForward(
-        llm, llm.forward, buckets, max_graphs, tuple(devices), capture))
+        llm, llm.forward, buckets, max_graphs, tuple(devices), capture, api))
 
 
 def remove(model) -> None:

@@ -11,21 +11,36 @@ each packed position). FlexAttention runs that block-sparse: a 128 x 128 block o
 shares no segment is skipped, a block inside one segment runs unmasked, the others with the mask.
 Projections, MLPs and the heads (with sliced_heads) run on the rows' own positions plus the bucket's last block.
 
+Compiled FlexAttention (COMPILED_FLEX_DEVICES: CUDA) runs each packed length at its rung of a ladder of powers of
+four (BLOCK * 4^k: five rungs up to 32768 positions, more than a batch of eight long items packs), its padding blocks
+each a segment of their own (one 128 x 128 block of work each, against the rows' own blocks), compiled once per
+rung with static shapes: dynamic shapes were measured to fail to compile on inductor's CPU FlexAttention template
+(torch 2.14.1: a C++ compile error at the second length), so the CPU could not run what the GPU runs, while a rung
+is the same static kernel on both and a bounded set of shapes for CUDA graphs. At most MAX_COMPILES compiles per
+process, under dynamo's own recompile limit (8 per code object, past which it would run eager silently); past the
+bound a new rung runs eager FlexAttention (all N x N scores), counted in `stats()` and warned (EagerFlexWarning).
+
 Not bit-exact (another attention kernel, another reduction order), so lossless=False: on CUDA it is compared with
 stock under tolerances (tests_parity/test_gpu_parity.py); its logic (layout, document mask, buckets, scoring) is
 tested on CPU against the padded path within fp32 rounding (tests_parity/test_packed_cfg.py), by widening
-PACKED_DEVICES. On other devices it applies and stays inert, as the other GPU patches.
+PACKED_DEVICES (eager FlexAttention there); the compiled flex on CPU by widening COMPILED_FLEX_DEVICES
+(tests_patches/test_inductor.py). On other devices it applies and stays inert, as the other GPU patches.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
 
 import torch
 
 BLOCK = 128  # FlexAttention's default sparse block: the packed length is a multiple of it
 PACKED_DEVICES = ("cuda",)  # where packed_cfg changes the layout; elsewhere the call runs as without it
+COMPILED_FLEX_DEVICES = ("cuda",)  # where its attention runs compiled FlexAttention; elsewhere eager (correct, unfused)
+MAX_COMPILES = 6  # compiles of the flex per process: the five rungs 128..32768 of one dtype, and one to spare;
+# under dynamo's own recompile limit of 8 (past which it would run eager without a word)
 
 
 def packed_length(n: int) -> int:
@@ -68,37 +83,132 @@ def document_block_mask(ids: torch.Tensor, block: int = BLOCK):
                                     mask_mod=same_segment, seq_lengths=(N, N), compute_q_blocks=False)
 
 
+def rung(n: int) -> int:
+    """The compiled flex's length for a packed length n: the smallest BLOCK * 4^k >= n (a coarse ladder: few compiles;
+    a padding block costs one block of attention, the projections and MLPs run at n)."""
+    length = BLOCK
+    while length < n:
+        length *= 4
+    return length
+
+
+def padded_ids(ids: torch.Tensor, total: int) -> torch.Tensor:
+    """[total] int32: ids [N] (N a multiple of BLOCK), then one new segment per padding block, so a padding query
+    attends to its own block only. Tensor ops only (no host sync: built inside CUDA graph captures)."""
+    pad = torch.arange(total - ids.numel(), dtype=torch.int32, device=ids.device) // BLOCK + ids[-1] + 1
+    return torch.cat([ids, pad])
+
+
 @dataclass(eq=False)
 class Documents:
-    """The segment of each packed position, passed to the LLM call as `fastpath_documents`; its block mask is
+    """The segment of each packed position, passed to the LLM call as `fastpath_documents`; its block masks are
     built by the first layer of a forward and shared by the others."""
 
     ids: torch.Tensor  # [N] int32
-    mask: object = None  # BlockMask
+    masks: dict = field(default_factory=dict)  # None (eager, at N) or a rung -> BlockMask
 
-    def block_mask(self):
-        if self.mask is None:
-            self.mask = document_block_mask(self.ids)
-        return self.mask
+    def block_mask(self, length: int | None = None):
+        """The BlockMask at N (length None), or at `length` >= N: the packed rows, then padding blocks each on its
+        own, from new ids (made in the caller's inference mode, as the padded query: see document_attention)."""
+        if length not in self.masks:
+            self.masks[length] = document_block_mask(self.ids if length is None else padded_ids(self.ids, length))
+        return self.masks[length]
+
+
+@dataclass
+class FlexStats:
+    """What the packed attention ran: compiles (graphs inductor built), calls, eager calls by reason, lengths."""
+
+    compiles: int = 0
+    compiled_calls: int = 0
+    eager_calls: Counter = field(default_factory=Counter)  # reason -> calls
+    lengths: set = field(default_factory=set)  # packed lengths N seen
+    rungs: set = field(default_factory=set)  # lengths the compiled flex ran at
+    keys: set = field(default_factory=set)  # compile_key of each call compiled so far
+
+
+STATS = FlexStats()
+
+
+class EagerFlexWarning(UserWarning):
+    """packed_cfg's attention ran eager FlexAttention where it runs compiled: every N x N score materialised."""
+
+
+def stats() -> dict:
+    """The packed attention's counters in this process: compiles, compiled calls, eager calls and why, lengths.
+    Calls are counted as Python runs them: under cuda_graphs, a captured forward's replays are not counted."""
+    return {"compiles": STATS.compiles, "max_compiles": MAX_COMPILES, "compiled_calls": STATS.compiled_calls,
+            "eager_calls": dict(STATS.eager_calls), "lengths": sorted(STATS.lengths),
+            "rungs": sorted(STATS.rungs)}
+
+
+def _counted_inductor(graph, example_inputs):
+    """torch.compile's default backend (inductor), counting each graph it compiles."""
+    from torch._inductor.compile_fx import compile_fx
+
+    STATS.compiles += 1
+    return compile_fx(graph, example_inputs)
+
+
+def _flex(query, key, value, block_mask, scale, enable_gqa):
+    """FlexAttention, in a function of its own: dynamo's cache (and its recompile limit) is this code's, not shared
+    with others in the process that compile flex_attention itself."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return flex_attention(query, key, value, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa)
 
 
 @functools.cache
 def _compiled_flex():
-    from torch.nn.attention.flex_attention import flex_attention
+    return torch.compile(_flex, backend=_counted_inductor, dynamic=False)  # the fused kernel, static per rung
 
-    return torch.compile(flex_attention, dynamic=False)  # the fused kernel; eager flex materialises all scores
+
+def compile_key(tensors, scaling, gqa) -> tuple:
+    """What dynamo specialises the compiled flex on (static shapes): shape, dtype, device and inference-ness of
+    query, key, value [1, heads, rung, d], the scale, GQA and grad mode. A new key is a new compile."""
+    return (tuple((tuple(t.shape), t.dtype, str(t.device), t.is_inference()) for t in tensors), scaling, gqa,
+            torch.is_grad_enabled())
+
+
+def admitted(n: int, tensors, scaling, gqa) -> bool:
+    """Whether the call at packed length n runs compiled: its key compiled already, or a compile left under
+    MAX_COMPILES. Past the bound, warns (EagerFlexWarning) and the caller runs eager."""
+    key, length = compile_key(tensors, scaling, gqa), tensors[0].size(2)
+    if key in STATS.keys or STATS.compiles < MAX_COMPILES:
+        STATS.keys.add(key)
+        STATS.rungs.add(length)
+        return True
+    warnings.warn(f"packed_cfg: FlexAttention at packed length {n} (rung {length}) runs eager, "
+                  f"every score materialised: the compile bound is reached ({STATS.compiles} compiles, "
+                  f"fastpath.gpu.packed.MAX_COMPILES = {MAX_COMPILES}; rungs compiled: {stats()['rungs']})",
+                  EagerFlexWarning, stacklevel=3)
+    return False
 
 
 def document_attention(module, query, key, value, documents: Documents, scaling=None, dropout: float = 0.0,
                        **kwargs):
     """An attention of transformers' interface over packed rows: query [1, heads, N, d], key/value
-    [1, kv_heads, N, d] -> ([1, N, heads, d], None). Compiled FlexAttention on CUDA; eager elsewhere (correct,
-    unfused: the CPU tests)."""
+    [1, kv_heads, N, d] -> ([1, N, heads, d], None). Compiled FlexAttention at N's rung (zero rows appended) on
+    COMPILED_FLEX_DEVICES; eager at N elsewhere (correct, unfused: the CPU tests) and past the compile bound."""
     from torch.nn.attention.flex_attention import flex_attention
 
     if dropout:
         raise ValueError("packed_cfg runs inference only (dropout 0)")
-    flex = _compiled_flex() if query.device.type == "cuda" else flex_attention
-    out = flex(query, key, value, block_mask=documents.block_mask(), scale=scaling,
-               enable_gqa=query.size(1) != key.size(1))  # [1, heads, N, d]
-    return out.transpose(1, 2).contiguous(), None
+    N, gqa = query.size(2), query.size(1) != key.size(1)
+    STATS.lengths.add(N)
+    if query.device.type in COMPILED_FLEX_DEVICES:
+        length = rung(N)
+        # zero rows appended along the sequence dim; new tensors even where N is on the rung, so that what the
+        # compiled flex gets (and the mask's ids) are always made in the caller's mode: dynamo specialises on
+        # inference tensors, and a length on its rung would otherwise compile again
+        tensors = [torch.nn.functional.pad(t, (0, 0, 0, length - N)) for t in (query, key, value)]
+        if admitted(N, tensors, scaling, gqa):
+            STATS.compiled_calls += 1
+            out = _compiled_flex()(*tensors, documents.block_mask(length), scaling, gqa)  # [1, heads, rung, d]
+            return out[:, :, :N].transpose(1, 2).contiguous(), None
+        why = f"compile bound ({MAX_COMPILES}) reached"
+    else:
+        why = f"{query.device.type} is not in COMPILED_FLEX_DEVICES"
+    STATS.eager_calls[why] += 1
+    out = flex_attention(query, key, value, block_mask=documents.block_mask(), scale=scaling, enable_gqa=gqa)
+    return out.transpose(1, 2).contiguous(), None  # [1, N, heads, d]

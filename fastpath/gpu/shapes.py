@@ -62,12 +62,30 @@ DEFAULT_BUCKETS = Buckets(multiple=64, growth=1.0)  # lengths padded to multiple
 
 
 @dataclass(frozen=True)
+class Numerics:
+    """Process settings a captured graph bakes in: the kernels (and their math modes) picked at capture are replayed
+    whatever the settings are later, so a change of any of them needs a graph of its own.
+
+    tf32: cuBLAS and cuDNN TF32 (torch's two flags, or the fp32_precision settings they derive from where torch
+    refuses to read the flags); reduced: cuBLAS fp16 and bf16 reduced-precision reductions; autocast: the autocast
+    dtype on the inputs' device type, "" when autocast is off there; sdpa: which attention backends may run
+    (flash, mem_efficient, math, cudnn) and their priority order (what `torch.nn.attention.sdpa_kernel` sets).
+    """
+
+    tf32: tuple = ()
+    reduced: tuple = ()
+    autocast: str = ""
+    sdpa: tuple = ()
+
+
+@dataclass(frozen=True)
 class GraphKey:
     """What one captured graph is specialised to: replaying it for anything else would be wrong.
 
     rows: batch rows G; length: bucketed query length; keys: bucketed key length (the mask's last dim, >= length);
     dtype, device: of the input embeddings; attention: the LLM's attention implementation name; weights: which
-    set of parameter and buffer storages the graph reads (a number the owner changes when any of them changes).
+    set of parameter and buffer storages the graph reads (a number the owner changes when any of them changes);
+    numerics: the process settings the graph's kernels were picked under (`Numerics`).
     """
 
     rows: int
@@ -77,15 +95,17 @@ class GraphKey:
     device: str
     attention: str
     weights: int = 0
+    numerics: Numerics = Numerics()
 
 
 def graph_key(rows: int, length: int, keys: int, dtype, device, attention: str, buckets: Buckets,
-              weights: int = 0) -> GraphKey:
+              weights: int = 0, numerics: Numerics = Numerics()) -> GraphKey:
     """The key for a forward over [rows, length] with a [rows, 1, length, keys] mask (keys >= length)."""
     if keys < length:
         raise ValueError(f"mask width {keys} is narrower than the sequence length {length}")
     padded = buckets.length(length)
-    return GraphKey(rows, padded, max(buckets.length(keys), padded), str(dtype), str(device), attention, weights)
+    return GraphKey(rows, padded, max(buckets.length(keys), padded), str(dtype), str(device), attention, weights,
+                    numerics)
 
 
 @dataclass

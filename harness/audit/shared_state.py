@@ -12,12 +12,20 @@ submodule; `foreign(record)` names every object defined in `fastpath` that sits 
 the record says (a leak that happened before the record was taken is found too); `restore(record)` puts back what
 changed, so that one leak fails one test, not every test after it.
 
+torch.compile's own doing is not a leak, and is told apart by torch's records, never by a name's look: the globals
+dynamo installs in the module whose function it compiles (its compile cache: `__compiled_fn_*`, `__builtins_dict___N`,
+`_<id>_c0`, ...), which dynamo lists as it installs them; and its once-per-process wrappers of a shared class's
+attribute, defined in torch/_dynamo/mutation_guard.py around the very value they replace. Where this torch keeps no
+such list, each added or removed module global says that it could not be told apart.
+
 conftest.py takes the record once per session, before the first test that runs with omnivoice imported, and
 checks it after every test; tests_patches/test_registry.py's instance-only test compares with the same record.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 import sys
 import types
 from dataclasses import dataclass, field
@@ -35,16 +43,49 @@ CACHES = {
                                                  "implementation",
     "___needs_generation_tag_patch": "torch._dynamo's flag that it has wrapped torch.nn.Module.__init__ and "
                                      "__setstate__ (once per process, on the first compile)",
+    "___needs_mutation_patch": "torch._dynamo's flag that it has wrapped this class's __setattr__ (mutation_guard."
+                               "ensure_patched, once per class)",
 }
-# Where an installer of torch's own puts its wrappers on a shared class once per process (the first torch.compile
-# wraps torch.nn.Module.__init__ and __setstate__ to tag modules it has seen): a new value defined there is torch's
-# doing, not a patch's.
-TORCH_OWN = ("torch._dynamo",)
+# dynamo's record of the globals torch.compile installs, {(id(scope dict), name): token}, kept to remove each when its
+# compiled code is freed (torch/_dynamo/utils.py, CleanupHook.create): a name it lists is the compile cache, which the
+# compiled code reads on every cache hit (deleting it makes the next hit raise NameError)
+DYNAMO_RECORD = ("torch._dynamo.utils", "_cleanup_owners")
+# where dynamo defines the wrappers it puts on a shared class once per process, each around the value it replaces:
+# install_generation_tagging_init (torch.nn.Module.__init__, __setstate__: closures over the originals) and
+# ensure_patched (a class's __setattr__: a functools.wraps wrapper)
+DYNAMO_WRAPPERS = "torch._dynamo.mutation_guard"
 
 
-def torch_own(value) -> bool:
-    module = getattr(value, "__module__", None) or ""
-    return any(module == m or module.startswith(m + ".") for m in TORCH_OWN)
+def dynamo_globals() -> set | None:
+    """{(id(namespace dict), name)} of the globals torch.compile has installed and not yet removed (DYNAMO_RECORD):
+    empty where dynamo was never imported (nothing compiled); None where this torch keeps no such record."""
+    if "torch._dynamo" not in sys.modules:
+        return set()
+    module, attr = DYNAMO_RECORD
+    try:
+        owners = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError):
+        return None
+    return set(owners.copy()) if isinstance(owners, dict) else None
+
+
+def dynamo_wrapper(value, wrapped) -> bool:
+    """Whether `value` is one of dynamo's once-per-process wrappers (DYNAMO_WRAPPERS) of `wrapped`: its code is in
+    that module's file and its __wrapped__ or one of its closure cells is `wrapped` itself."""
+    module = sys.modules.get(DYNAMO_WRAPPERS)
+    code = getattr(value, "__code__", None)
+    if wrapped is _MISSING or module is None or not isinstance(code, types.CodeType) \
+            or os.path.realpath(code.co_filename) != os.path.realpath(module.__file__):
+        return False
+    if getattr(value, "__wrapped__", _MISSING) is wrapped:
+        return True
+    for cell in getattr(value, "__closure__", None) or ():
+        try:
+            if cell.cell_contents is wrapped:
+                return True
+        except ValueError:  # an empty cell
+            continue
+    return False
 
 
 def torch_settings() -> dict:
@@ -89,6 +130,7 @@ class Record:
     namespaces: dict = field(default_factory=dict)  # "class omnivoice...OmniVoice" / "module ..." -> {name: obj}
     objects: dict = field(default_factory=dict)  # where -> the class or module itself
     flags: dict = field(default_factory=dict)  # name -> value
+    compiled: set | None = field(default_factory=set)  # dynamo_globals() then (None: this torch keeps no record)
 
 
 def reach(model) -> tuple:
@@ -116,13 +158,13 @@ def namespaces(classes, modules) -> tuple:
 def take(model) -> Record:
     """The record: what `model`'s reach and torch's settings are now."""
     spaces, objects = namespaces(*reach(model))
-    return Record(namespaces=spaces, objects=objects, flags=read_settings())
+    return Record(namespaces=spaces, objects=objects, flags=read_settings(), compiled=dynamo_globals())
 
 
 def now(record: Record) -> Record:
     """The same namespaces and settings as `record`, read again."""
     return Record(namespaces={w: dict(vars(o)) for w, o in record.objects.items()}, objects=record.objects,
-                  flags=read_settings())
+                  flags=read_settings(), compiled=dynamo_globals())
 
 
 def read_settings() -> dict:
@@ -142,20 +184,57 @@ def restore_settings(before: dict, after: dict) -> None:
 def changed(record: Record, current: Record | None = None) -> list:
     """Each attribute rebound (by identity), removed, or added (but a submodule, which an import adds) since
     `record`, as "class omnivoice.models.omnivoice.OmniVoice._generate_iterative"; each torch setting changed,
-    as "torch.backends.cuda.matmul.allow_tf32: False -> True"."""
+    as "torch.backends.cuda.matmul.allow_tf32: False -> True". torch.compile's cache and wrappers are left out
+    (`differences`)."""
     current = current or now(record)
+    out = [f"{where}.{name}{note}" for where, name, note in differences(record, current)]
+    return out + settings_changed(record.flags, current.flags)
+
+
+def differences(record: Record, current: Record) -> list:
+    """(where, name, note) of every namespace entry changed since `record` that is not upstream's or torch's own
+    doing: not a CACHES entry, not an added submodule, not a module global dynamo's record lists (then or now: the
+    compile cache), not a dynamo wrapper of the value it replaces (DYNAMO_WRAPPERS). `note` is "" or, for a
+    module global added or removed where this torch keeps no record of its compile globals, why it could not be
+    told from the compile cache."""
+    import torch
+
+    compiled = (record.compiled or set()) | (current.compiled or set())
+    unknown = record.compiled is None or current.compiled is None
     out = []
     for where, before in record.namespaces.items():
-        after = current.namespaces.get(where, {})
+        obj, after = record.objects[where], current.namespaces.get(where, {})
+        module = isinstance(obj, types.ModuleType)
         for name in sorted(set(before) | set(after)):
-            if name in CACHES or before.get(name, _MISSING) is after.get(name, _MISSING):
+            old, new = before.get(name, _MISSING), after.get(name, _MISSING)
+            if name in CACHES or old is new:
                 continue
-            if torch_own(after.get(name)):
+            if old is _MISSING and isinstance(new, types.ModuleType):
+                continue  # a submodule, which an import adds
+            if module and (id(vars(obj)), name) in compiled:
                 continue
-            if name not in before and isinstance(after[name], types.ModuleType):
+            wrapped = old if old is not _MISSING else inherited(record, obj, name)
+            if new is not _MISSING and dynamo_wrapper(new, wrapped):
                 continue
-            out.append(f"{where}.{name}")
-    return out + settings_changed(record.flags, current.flags)
+            note = ""
+            if module and unknown and (old is _MISSING or new is _MISSING):
+                note = (f" ({'added' if old is _MISSING else 'removed'}; torch {torch.__version__} has no "
+                        f"{'.'.join(DYNAMO_RECORD)}, dynamo's record of the globals torch.compile installs: its "
+                        f"compile cache and a leak cannot be told apart)")
+            out.append((where, name, note))
+    return out
+
+
+def inherited(record: Record, cls, name: str):
+    """What `name` resolved to on class `cls` through its bases at the record (what a wrapper added to `cls`
+    wraps), or _MISSING."""
+    if not isinstance(cls, type):
+        return _MISSING
+    for base in cls.__mro__[1:]:
+        space = record.namespaces.get(_where(base), vars(base))
+        if name in space:
+            return space[name]
+    return _MISSING
 
 
 _MISSING = object()
@@ -203,17 +282,13 @@ def foreign(record: Record) -> list:
 
 
 def restore(record: Record, current: Record | None = None) -> None:
-    """Put back every namespace entry and torch setting that differs from `record` (added entries removed)."""
+    """Put back every namespace entry that `changed` names (added entries removed) and every torch setting that
+    differs from `record`; torch.compile's cache and wrappers stay."""
     current = current or now(record)
-    for where, before in record.namespaces.items():
-        obj, after = record.objects[where], current.namespaces.get(where, {})
-        for name in set(before) | set(after):
-            if name in CACHES or before.get(name, _MISSING) is after.get(name, _MISSING) or torch_own(
-                    after.get(name)):
-                continue
-            if name not in before:
-                if not isinstance(after[name], types.ModuleType):
-                    delattr(obj, name)
-            else:
-                setattr(obj, name, before[name])
+    for where, name, _ in differences(record, current):
+        obj, before = record.objects[where], record.namespaces[where]
+        if name in before:
+            setattr(obj, name, before[name])
+        else:
+            delattr(obj, name)
     restore_settings(record.flags, current.flags)

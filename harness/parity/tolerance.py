@@ -99,8 +99,10 @@ class Closeness:
                 f"SNR {self.waveform_snr_db:.1f} dB")
 
 
-def closeness(candidate, reference) -> Closeness:
-    """How close a recorded run is to a reference run (both from `record_generation`, same seed and input)."""
+def closeness(candidate, reference, item: int | None = None) -> Closeness:
+    """How close a recorded run is to a reference run (both from `record_generation`, same seed and input): over all
+    items, or over item `item` alone (its step-0 logits, its tokens, its waveform: a batch whose items got each
+    other's draws shows here even where the pooled figures would average it out)."""
     from harness.parity.parity import Run, per_item_calls
 
     items = len(reference.tokens)
@@ -111,6 +113,11 @@ def closeness(candidate, reference) -> Closeness:
     candidate = Run(per_item_calls(reference.steps, candidate.steps), candidate.tokens, candidate.waveforms,
                     decoded=candidate.decoded)
     cand, ref = first_step(candidate, items), first_step(reference, items)
+    if item is not None:
+        keep = slice(item, item + 1)
+        cand, ref = cand[keep], ref[keep]
+        candidate = Run([], candidate.tokens[keep], candidate.waveforms[keep], decoded=candidate.decoded)
+        reference = Run([], reference.tokens[keep], reference.waveforms[keep], decoded=reference.decoded)
     a = torch.cat([torch.cat([c.flatten(), u.flatten()]) for c, u in cand]).float()
     b = torch.cat([torch.cat([c.flatten(), u.flatten()]) for c, u in ref]).float()
     agree = [argmax_agreement(x, y) for (cx, ux), (cy, uy) in zip(cand, ref) for x, y in ((cx, cy), (ux, uy))]
@@ -123,3 +130,29 @@ def closeness(candidate, reference) -> Closeness:
         waveform_cosine=min(waveform_cosine(x, y) for x, y in waves) if waves else 1.0,
         waveform_snr_db=min(waveform_snr_db(x, y) for x, y in waves) if waves else math.inf,
     )
+
+
+@dataclass(frozen=True)
+class Row:
+    """One tolerance row of the GPU tier: a patch set at a checkpoint size and dtype, the bounds its closeness to
+    stock at the same precision must keep, what a GPU measured (None: not measured yet; the first GPU run prints it),
+    the card that measured it, and why the bounds are what they are (a bound looser than measured says why)."""
+
+    name: str
+    patches: tuple
+    size: str
+    dtype: str
+    max_rel_err: float
+    min_argmax: float
+    min_tokens: float
+    measured: tuple | None  # (rel err, argmax agreement or None, token agreement) as measured
+    card: str | None
+    why: str
+
+    def refused(self, close: Closeness) -> list:
+        """What of `close` is outside this row's bounds (empty: within)."""
+        return [f"{what} {value:.3g} {sign} {bound}" for what, value, sign, bound, bad in (
+            ("step-0 rel err", close.rel_error, ">", self.max_rel_err, close.rel_error > self.max_rel_err),
+            ("argmax agreement", close.argmax_agreement, "<", self.min_argmax, close.argmax_agreement < self.min_argmax),
+            ("token agreement", close.token_agreement, "<", self.min_tokens, close.token_agreement < self.min_tokens),
+        ) if bad]

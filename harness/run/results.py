@@ -10,7 +10,9 @@ A results file (JSON):
      "command": "fastpath-suite report --results results", "figures": {... the command's own ...}}
 
 One file per kind and machine (the newest run replaces the last): the docs show the current figures of every
-machine the project has measured on. docs/results.md is never edited by hand; tests_harness/test_results.py
+machine the project has measured on. Other pages hold blocks rendered the same way between two marks (`BLOCKS`: the
+GPU targets in docs/gpu.md from results/gpu-check/ and the stored GPU baselines, the GPU tolerance rows in
+docs/parity.md from their code). docs/results.md is never edited by hand; tests_harness/test_results.py
 fails when it differs from what `fastpath-suite maintain results` renders, and a file that is not a results file (or of
 another format version, or of a kind nothing renders) is refused with its path and the fix.
 """
@@ -78,6 +80,28 @@ KINDS = {
 }
 
 COMMAND: list | None = None  # the argv the dispatcher ran (set by harness.__main__), for the "command" field
+# Blocks inside other docs pages, rendered the same way: name -> (page in docs/, "module:function" taking the results
+# folder)
+BLOCKS = {"gpu-targets": ("gpu.md", "harness.speed.targets:render_page"),
+          "gpu-tolerances": ("parity.md", "harness.parity.gpu_rows:render_rows")}
+
+
+def block_marks(name: str) -> tuple:
+    return (f"<!-- rendered by `fastpath-suite maintain results` ({name}): do not edit by hand -->",
+            f"<!-- end of {name} -->")
+
+
+def render_block(name: str, page_text: str, results_dir: Path = RESULTS_DIR) -> str:
+    """`page_text` with the block `name` between its marks rendered anew; ResultsError when the marks are missing."""
+    page, target = BLOCKS[name]
+    begin, end = block_marks(name)
+    if page_text.count(begin) != 1 or page_text.count(end) != 1 or page_text.index(begin) > page_text.index(end):
+        raise ResultsError(f"docs/{page}: the block {name!r} needs its two marks, once each and in order:\n{begin}\n"
+                           f"{end}")
+    module, function = target.split(":")
+    body = getattr(importlib.import_module(module), function)(results_dir)
+    head, rest = page_text.split(begin)
+    return f"{head}{begin}\n{body.rstrip()}\n{end}{rest.split(end, 1)[1]}"
 
 
 class ResultsError(ValueError):
@@ -205,19 +229,27 @@ def main(argv=None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 when docs/results.md is not the rendering")
     parser.add_argument("--dir", type=Path, default=RESULTS_DIR, help="the results folder")
     parser.add_argument("--page", type=Path, default=RESULTS_PAGE, help="the page to write or check")
+    parser.add_argument("--docs", type=Path, default=ROOT / "docs",
+                        help=f"the folder of the pages whose blocks are rendered too ({', '.join(sorted(BLOCKS))})")
     args = parser.parse_args(argv)
     try:
-        text = render(args.dir)
+        pages = {args.page: render(args.dir)}
+        for name, (page, _) in BLOCKS.items():
+            page = args.docs / page
+            if page.exists():  # a folder of pages without it (a test's) renders the others
+                pages[page] = render_block(name, pages.get(page, page.read_text()), args.dir)
     except ResultsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.check:
-        if not args.page.exists() or args.page.read_text() != text:
-            print(f"{args.page} is not what `fastpath-suite maintain results` renders from {args.dir}: run it and commit "
-                  "the page", file=sys.stderr)
+        stale = [page for page, text in pages.items() if not page.exists() or page.read_text() != text]
+        if stale:
+            print(f"{', '.join(map(str, stale))}: not what `fastpath-suite maintain results` renders from {args.dir}: "
+                  "run it and commit the pages", file=sys.stderr)
             return 1
-        print(f"{args.page} matches {args.dir}")
+        print(f"{', '.join(map(str, pages))} match {args.dir}")
         return 0
-    args.page.write_text(text)
-    print(f"written: {args.page} from {len(list(args.dir.glob('*/*.json')))} results files")
+    for page, text in pages.items():
+        page.write_text(text)
+    print(f"written: {', '.join(map(str, pages))} from {len(list(args.dir.glob('*/*.json')))} results files")
     return 0

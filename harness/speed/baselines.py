@@ -186,7 +186,8 @@ def benchmark_points(data: dict, source: str) -> dict[str, PointSamples]:
     """Points of a pytest-benchmark JSON dict.
 
     Name: ``extra_info["point"]`` when the test set it, else the benchmark's ``name``.
-    PointSamples: ``extra_info["rtf_samples"]`` (metric "rtf") when present, else the raw timings ``stats["data"]``
+    PointSamples: ``extra_info["rtf_samples"]`` (metric "rtf") when present, else ``extra_info["samples"]`` (metric
+    ``extra_info["metric"]``, default "seconds": a test's own timings), else the raw timings ``stats["data"]``
     (metric "seconds"). ``extra_info["max_slowdown"]`` overrides the default factor for that point.
     """
     fix = (
@@ -207,6 +208,8 @@ def benchmark_points(data: dict, source: str) -> dict[str, PointSamples]:
             raise BaselineError(f"{where} appears twice; give each operating point its own extra_info['point'].")
         if "rtf_samples" in extra:
             metric, samples = "rtf", extra.pop("rtf_samples")
+        elif "samples" in extra:  # a test's own timings of another metric (e.g. a CUDA forward, in seconds)
+            metric, samples = str(extra.pop("metric", "seconds")), extra.pop("samples")
         else:
             metric, samples = "seconds", (bench.get("stats") or {}).get("data")
             if samples is None:
@@ -280,6 +283,33 @@ def load_run(path: str | os.PathLike) -> SpeedRun:
     return read_run(read_json(path, "Pass a baseline file or a pytest-benchmark --benchmark-json file."), str(path))
 
 
+# A device key is "<hardware>__torch-<v>__omnivoice-<v>" (harness.run.machine.device_key): a baseline is used only
+# where all three parts match, since each of them changes the speed (the card or CPU; the kernels torch brings, its CUDA
+# build in its local tag; the code that runs). Everything else a machine info holds is recorded, not matched: the
+# driver, clocks, the host, Python, transformers, the fastpath commit.
+
+
+def near_misses(device_key: str, folder: str | os.PathLike) -> list[str]:
+    """The stored baselines in `folder` for the same hardware as `device_key` but other software, each as "NAME
+    (torch-2.11.0-cu130 where this machine has torch-2.14.1-cu130)": why none of them is this machine's."""
+    hardware, *software = device_key.split("__")
+    out = []
+    for path in sorted(Path(folder).glob(f"{hardware}__*.json")):
+        _, *theirs = path.stem.split("__")
+        differ = [f"{t} where this machine has {o}" for t, o in zip(theirs, software) if t != o]
+        if differ and len(theirs) == len(software):
+            out.append(f"{path.name} ({', '.join(differ)})")
+    return out
+
+
+def absent_message(path: Path, device_key: str) -> str:
+    """What is missing when no baseline is stored for this device key, with the near misses that do not count."""
+    near = near_misses(device_key, path.parent)
+    return (f"no speed baseline for this machine ({device_key}) at {path}"
+            + (f"; the same hardware has only {'; '.join(near)}, which another software does not compare with"
+               if near else ""))
+
+
 def load_baseline(path: str | os.PathLike, expected_device_key: str, create_command: str) -> dict:
     """Read and validate the baseline at ``path`` for this machine; returns the parsed file.
 
@@ -293,10 +323,8 @@ def load_baseline(path: str | os.PathLike, expected_device_key: str, create_comm
     """
     path = Path(path)
     if not path.exists():
-        raise BaselineError(
-            f"No speed baseline for device key {expected_device_key!r} at {path}. "
-            f"Create it on this machine with: {create_command}"
-        )
+        what = absent_message(path, expected_device_key)
+        raise BaselineError(f"{what[0].upper()}{what[1:]}. Create it on this machine with: {create_command}")
     fix = f"Re-create it on this machine with: {create_command}"
     data = read_json(path, fix)
     if not isinstance(data, dict) or data.get("format") != FORMAT:

@@ -37,8 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import shlex
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -218,10 +216,11 @@ def runnable(variants: dict, name: str) -> dict:
     return {v: variant for v, variant in variants.items() if not cannot_run(v, name)}
 
 
-def run_variant_bench(variants: dict, names, rounds: int, steps: int | None = None, progress=None) -> dict:
+def run_variant_bench(variants: dict, names, rounds: int, steps: int | None = None, progress=None,
+                      on_point=None) -> dict:
     """Points x variants (name -> measure.Variant), interleaved; voice prompts encoded once with the first model.
     A variant that cannot run a point (`cannot_run`) is left out of that point's results. `progress`
-    (harness.run.progress.Progress) shows a step per timed call."""
+    (harness.run.progress.Progress) shows a step per timed call; `on_point(results so far)` runs after each point."""
     from harness.run.progress import QUIET
 
     check_points(variants, names)
@@ -237,6 +236,8 @@ def run_variant_bench(variants: dict, names, rounds: int, steps: int | None = No
 
             out[name] = interleaved_variants(runnable(variants, name), point_kwargs(name, first, prompts, steps),
                                              rounds, on_call=on_call)
+            if on_point:
+                on_point(out)
     return out
 
 
@@ -387,6 +388,18 @@ def render_results(figures: dict) -> str:
     return head + "\n\n" + format_table(results, figures["variants"], None, figures.get("flops"))
 
 
+def write_out(path: Path, results: dict, complete: bool, **fields) -> None:
+    """The --out JSON: every sample of the points done so far, the machine and `fields` (command, checkpoint,
+    ...). Written after each point with `complete` false, and at the end, so a bench stopped at a time limit keeps
+    the points it finished (`points_planned` names the rest); whole, then renamed into place, so a stop while
+    writing leaves the previous version."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps({**fields, "complete": complete, "results": {
+        n: {v: vars(s) for v, s in r.items()} for n, r in results.items()}}, indent=1, default=str))
+    partial.replace(path)
+
+
 def main(argv=None, parser: argparse.ArgumentParser | None = None, kind: str = "bench") -> int:
     from harness.run import results as results_files
     from harness.run.progress import Progress
@@ -410,7 +423,16 @@ def main(argv=None, parser: argparse.ArgumentParser | None = None, kind: str = "
     progress.say(f"{len(args.points)} point(s) x {len(specs)} variant(s) x {args.rounds} round(s) after a warm-up, "
                  f"{ckpt.identity} on {args.device}")
     variants = build_variants(ckpt, list(specs.values()), args.device)
-    results = run_variant_bench(variants, args.points, args.rounds, args.num_step, progress)
+    described = {"command": command, "checkpoint": ckpt.identity, "points_planned": list(args.points),
+                 "variants": {n: {"patches": list(s.patches), "dtype": s.dtype, "overrides": s.overrides}
+                              for n, s in specs.items()}}
+
+    def so_far(done: dict) -> None:
+        if args.out:
+            info = dict(machine_info(args.device), conditions=conditions.since(begun))
+            write_out(args.out, done, False, **described, device_key=device_key(info), machine=info)
+
+    results = run_variant_bench(variants, args.points, args.rounds, args.num_step, progress, on_point=so_far)
     if args.bound:
         progress.say("counting FLOPs (no clock)")
     flops = flop_bounds(variants, args.points, args.num_step) if args.bound else None
@@ -422,14 +444,8 @@ def main(argv=None, parser: argparse.ArgumentParser | None = None, kind: str = "
     print(format_first_calls(results))
     key = device_key(info)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({
-            "command": command, "checkpoint": ckpt.identity, "device_key": key, "machine": info,
-            "variants": {n: {"patches": list(s.patches), "dtype": s.dtype, "overrides": s.overrides}
-                         for n, s in specs.items()},
-            "results": {n: {v: vars(s) for v, s in r.items()} for n, r in results.items()},
-            "flops": flops, "flops_of": "one whole generate at the timed step count (flop_bounds)" if flops else None,
-        }, indent=1, default=str))
+        write_out(args.out, results, True, **described, device_key=key, machine=info, flops=flops,
+                  flops_of="one whole generate at the timed step count (flop_bounds)" if flops else None)
     if args.save_baseline:
         from harness.speed.baselines import save_baseline
 

@@ -248,23 +248,31 @@ def judge_points(stored: dict, measured: dict, source: str, remeasure=None) -> t
     return regressed, [name for name in measured if name not in stored]
 
 
-def gate_on_baseline(config, path, device_key: str, measured: dict, command: str, remeasure=None) -> None:
+def gate_on_baseline(config, path, device_key: str, measured: dict, command: str, remeasure=None,
+                     absent: str = "not judged") -> None:
     """A pytest speed test's gate against this machine's stored baseline (`baselines/<device key>.json` at `path`).
 
-    No file for this device key: not judged in either mode (a wall-time figure can only be recorded on the machine
-    it describes; `command` records it: harness.run.strict.not_judged). A corrupt or foreign file: BaselineError, an
+    No file for this device key: `absent` says what that is. "not judged" (the CPU speed runners: in either mode, a
+    wall-time figure can only be recorded on the machine it describes; `command` records it:
+    harness.run.strict.not_judged); "missing" (a GPU runner, whose job is to judge its card: harness.run.strict.missing,
+    a failure in strict mode naming `command`). Either names the stored baselines of the same hardware that another
+    software keeps from matching (baselines.near_misses). A corrupt or foreign file: BaselineError, an
     error, never a pass. Then `judge_points`: a regression fails the test whatever else is missing; after it, a
     measured point the file lacks is a missing input (harness.run.strict.missing: fails naming `command`, or not judged
     under --no-strict-inputs). config: the pytest config (the strict mode)."""
     import pytest
 
     from harness.run import strict
-    from harness.speed.baselines import load_baseline
+    from harness.speed.baselines import absent_message, load_baseline
 
     path = Path(path)
+    if absent not in ("not judged", "missing"):
+        raise ValueError(f"absent={absent!r}: 'not judged' or 'missing'")
     if not path.exists():
-        strict.not_judged(f"no speed baseline for this machine ({device_key}) at {path}",
-                          f"record it on this machine: {command}")
+        what, fix = absent_message(path, device_key), f"record it on this machine: {command}"
+        if absent == "missing":
+            strict.missing(config, what, fix)
+        strict.not_judged(what, fix)
     baseline = load_baseline(path, device_key, command)
     regressed, missing = judge_points(read_run(baseline, str(path)).points, measured, path.name, remeasure)
     if regressed:
@@ -398,6 +406,25 @@ def probability(text: str) -> float:
     return value
 
 
+STORED = "stored"  # compare's BASE: the baseline stored for the new run's device key
+
+
+def stored_for(run: SpeedRun, folder: Path | None = None) -> Path:
+    """baselines/<device key of run>.json, or BaselineError naming the near misses and how to record one."""
+    from harness import BASELINES
+    from harness.speed.baselines import absent_message
+
+    if not run.device_key:
+        raise BaselineError(f"{run.source} records no device key, so no stored baseline can be chosen for it; pass "
+                            "the baseline file instead of 'stored'")
+    path = Path(folder or BASELINES) / f"{run.device_key}.json"
+    if not path.exists():
+        raise BaselineError(f"{absent_message(path, run.device_key)}. Record one on this machine: the command that "
+                            f"measured {run.source} with --save-baseline {path} (bench), or `pytest ... "
+                            "--save-baseline` (the speed tier), then commit it")
+    return path
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fastpath-suite compare",
@@ -406,7 +433,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "spread too far to judge (unstable), 0 otherwise.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("base", type=Path, help="baseline file or pytest-benchmark --benchmark-json file")
+    parser.add_argument("base", type=Path, help="baseline file or pytest-benchmark --benchmark-json file, or "
+                                                "'stored': the baseline stored for NEW's device key in baselines/")
     parser.add_argument("new", type=Path, help="the run to judge, same kinds as BASE")
     parser.add_argument("--out", type=Path, default=None,
                         help="folder for report.md, chart.png and verdicts.json (none: print only)")
@@ -422,7 +450,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        base, new = load_run(args.base), load_run(args.new)
+        new = load_run(args.new)
+        base = load_run(stored_for(new) if str(args.base) == STORED else args.base)
         verdicts = mark_unstable(compare_speed_runs(base, new, max_slowdown=args.max_slowdown, alpha=args.alpha,
                                                     allow_device_mismatch=args.allow_device_mismatch), base, new)
     except BaselineError as err:

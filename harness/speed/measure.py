@@ -342,13 +342,17 @@ def batch_vs_each(model, batch_point: str, patches, rounds: int) -> dict:
     return samples
 
 
-def cuda_memory_over_calls(model, kwargs: dict, calls: int) -> tuple:
-    """Generate `calls` times: (MiB allocated after each call, peak MiB allocated during each call), on CUDA."""
-    allocated, peaks = [], []
+def cuda_memory_over_calls(model, kwargs: dict, calls: int) -> dict:
+    """Generate `calls` times on CUDA: MiB after each call and the peak during it, allocated and reserved
+    ({"allocated", "peak_allocated", "reserved", "peak_reserved"}: a list each). Reserved counts what the caching
+    allocator holds, a CUDA graph's private pool included, which allocated alone does not show."""
+    device = torch.device(model.device)
+    series = {"allocated": [], "peak_allocated": [], "reserved": [], "peak_reserved": []}
     for _ in range(calls):
-        torch.cuda.reset_peak_memory_stats()
+        torch.cuda.reset_peak_memory_stats(device)
         model.generate(**kwargs)
-        synchronize(model.device)
-        allocated.append(torch.cuda.memory_allocated() / 2**20)
-        peaks.append(torch.cuda.max_memory_allocated() / 2**20)
-    return allocated, peaks
+        synchronize(device)
+        for name, read in (("allocated", torch.cuda.memory_allocated), ("peak_allocated", torch.cuda.max_memory_allocated),
+                           ("reserved", torch.cuda.memory_reserved), ("peak_reserved", torch.cuda.max_memory_reserved)):
+            series[name].append(read(device) / 2**20)
+    return series

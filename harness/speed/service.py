@@ -3,7 +3,7 @@ flat after the warm-up (`fastpath-suite memory`).
 
 A server calls generate for hours with texts of every length. Upstream reports memory growing call after call until
 out of memory; a peer measured 2,764 -> 2,862 MiB over 1,000 calls, flat with expandable_segments. Recorded after
-every call: on CUDA the allocated and the reserved MiB and the call's peak (torch.cuda), on the CPU the resident set
+every call: on CUDA the allocated and the reserved MiB and the call's peaks of both (torch.cuda), on the CPU the resident set
 (psutil). Texts cycle through fixtures/points.json's "mixed8" (one word to about ten seconds), so each call has
 another length and new bucketed shapes appear for a while (graphs, allocator blocks); the warm-up is left out of
 the verdict. The verdict per series: the growth from the end of the warm-up to the last call, and whether that is
@@ -36,14 +36,16 @@ def texts() -> list:
 
 
 def reading(device) -> dict:
-    """MiB now: allocated, reserved and the peak since the last reading on CUDA; the resident set elsewhere."""
+    """MiB now: allocated, reserved and their peaks since the last reading on CUDA (reserved counts the caching
+    allocator's blocks, a CUDA graph's pool included); the resident set elsewhere."""
     import torch
 
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
         out = {"allocated": torch.cuda.memory_allocated(device) / 2**20,
                "reserved": torch.cuda.memory_reserved(device) / 2**20,
-               "peak": torch.cuda.max_memory_allocated(device) / 2**20}
+               "peak": torch.cuda.max_memory_allocated(device) / 2**20,
+               "peak_reserved": torch.cuda.max_memory_reserved(device) / 2**20}
         torch.cuda.reset_peak_memory_stats(device)
         return out
     import psutil
@@ -127,8 +129,9 @@ def main(argv=None) -> int:
         first, last = series[name][args.warmup - 1], series[name][-1]
         print(f"{name}: {first:.1f} MiB after call {args.warmup}, {last:.1f} MiB after call {done}: "
               f"{'flat' if v['flat'] else 'GROWS'} ({v['growth_mib']:+.1f} MiB, bound {v['bound_mib']})")
-    if "peak" in series:
-        print(f"peak per call: {min(series['peak']):.0f}-{max(series['peak']):.0f} MiB")
+    for name in ("peak", "peak_reserved"):
+        if name in series:
+            print(f"{name.replace('_', ' ')} per call: {min(series[name]):.0f}-{max(series[name]):.0f} MiB")
     print(f"written: {args.out / 'memory.json'}")
     return 0 if all(v["flat"] for v in judged.values()) else 1
 
