@@ -77,22 +77,29 @@ def runs(name: str):
         calls = pytest_calls(workflow, job)
     if name.startswith("nightly"):
         calls = [c for c in calls if c[0] in ("", "cpu")]  # the CPU row of a matrix, or a job without one
-    # (folders, expression, whether slow tests run: --slow, or "slow" in the expression, as conftest.py decides)
-    predicates = [(folders, Expression.compile(expr) if expr else None, slow or "slow" in (expr or ""))
-                  for _, folders, expr, slow in calls]
+    predicates = [selection(folders, expr, slow) for _, folders, expr, slow in calls]
+    return lambda nodeid, marks: any(selected(nodeid, marks) for selected in predicates)
 
-    def selected(nodeid, marks):
-        return any((not folders or nodeid.split("/")[0] in folders)
-                   and (expr is None or expr.evaluate(lambda m, **_: m in marks))
-                   and (slow or "slow" not in marks) for folders, expr, slow in predicates)
 
-    return selected
+def selection(folders: list, expr: str | None, slow: bool):
+    """A predicate on (nodeid, mark names) for one pytest call: its folders, its -m expression, and whether slow
+    tests run (--slow, or "slow" in the expression, as conftest.py decides)."""
+    compiled, slow = (Expression.compile(expr) if expr else None), slow or "slow" in (expr or "")
+    return lambda nodeid, marks: ((not folders or nodeid.split("/")[0] in folders)
+                                  and (compiled is None or compiled.evaluate(lambda m, **_: m in marks))
+                                  and (slow or "slow" not in marks))
 
 
 def collected(request, files) -> dict:
-    """{nodeid: mark names} of the tests in `files`: from this session where it collected them whole, else from a
-    collection of those files alone (a run of a subset)."""
-    items = {i.nodeid: {m.name for m in i.iter_markers()} for i in request.session.items}
+    """{nodeid: mark names} of the tests in `files` (`collected_items`)."""
+    return {nodeid: marks for nodeid, (marks, _) in collected_items(request, files).items()}
+
+
+def collected_items(request, files) -> dict:
+    """{nodeid: (mark names, fixture names)} of the tests in `files`: from this session where it collected them
+    whole, else from a collection of those files alone (a run of a subset)."""
+    items = {i.nodeid: ({m.name for m in i.iter_markers()}, set(getattr(i, "fixturenames", ())))
+             for i in request.session.items}
     have = {n.split("::")[0] for n in items}
     if set(files) <= have and not request.config.getoption("markexpr") and not request.config.getoption("keyword"):
         return items
@@ -101,9 +108,10 @@ def collected(request, files) -> dict:
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     out = {}
     for line in done.stdout.splitlines():
-        if line.startswith("MARKS "):
-            nodeid, _, marks = line[6:].rpartition(" ")  # a parameter id may hold spaces; mark names do not
-            out[nodeid] = set(marks.split(",")) - {""}
+        for kind, at in (("MARKS ", 0), ("FIXTURES ", 1)):
+            if line.startswith(kind):
+                nodeid, _, names = line[len(kind):].rpartition(" ")  # a parameter id may hold spaces; names do not
+                out.setdefault(nodeid, (set(), set()))[at].update(set(names.split(",")) - {""})
     assert out, done.stdout[-2000:] + done.stderr[-2000:]
     return out
 
@@ -237,25 +245,15 @@ def benchmark_json_calls() -> list:
     return out
 
 
-def collect_benchmark_json_selections(folder) -> list:
-    """For each line of benchmark_json_calls: (the line's call, the collect-only output of its selection), the
-    collections run side by side."""
-    procs = []
-    for call in benchmark_json_calls():
-        workflow, folders, expr, slow, json_file = call
-        args = [*folders] + (["-m", expr] if expr else []) + (["--slow"] if slow else [])
-        procs.append((call, args, subprocess.Popen(
-            [sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", "-p", "tests_harness.marks_plugin",
-             *args], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
-    return [(call, args, proc.communicate(timeout=600)[0]) for call, args, proc in procs]
-
-
-@pytest.mark.early.with_args(collect_benchmark_json_selections)
-def test_the_gpu_jobs_select_timed_tests_that_write_the_json_they_name(early):
+def test_the_gpu_jobs_select_timed_tests_that_write_the_json_they_name(request):
     """gpu.yml's `out/cuda.json` and the nightly GPU row's `out/wall.json` (its history) come from pytest-benchmark,
     which writes one only when a selected test uses the `benchmark` fixture: each such line selects at least one."""
-    assert {call[0] for call, _, _ in early} == {"gpu.yml", "nightly.yml"}, early
-    for (workflow, _, _, _, json_file), args, out in early:
-        timed = [line.split()[1] for line in out.splitlines()
-                 if line.startswith("FIXTURES ") and "benchmark" in line.split(" ", 2)[-1].split(",")]
-        assert timed, f"{workflow}: `pytest {' '.join(args)}` selects no test that writes {json_file}\n{out[-2000:]}"
+    calls = benchmark_json_calls()
+    assert {call[0] for call in calls} == {"gpu.yml", "nightly.yml"}, calls
+    files = sorted(str(f.relative_to(REPO_ROOT)) for call in calls for folder in call[1]
+                   for f in (REPO_ROOT / folder).glob("test_*.py"))
+    tests = collected_items(request, files)
+    for workflow, folders, expr, slow, json_file in calls:
+        selected = selection(folders, expr, slow)
+        timed = [n for n, (marks, fixtures) in tests.items() if selected(n, marks) and "benchmark" in fixtures]
+        assert timed, f"{workflow}: `pytest {' '.join(folders)} -m {expr!r}` selects no test that writes {json_file}"
