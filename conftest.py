@@ -244,17 +244,23 @@ def pytest_runtest_setup(item):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """Every test that could not judge, with what it lacks: a skip that is 'not judged' is never a quiet one."""
-    lines = []
+    """Every test that could not judge, with what it lacks, and every test that cannot apply here, with why: a skip
+    that is 'not judged' or 'not applicable' is never a quiet one."""
+    found = {strict.PREFIX: [], strict.NA_PREFIX: []}
     for report in terminalreporter.stats.get("skipped", []):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         reason = reason.removeprefix("Skipped: ")
-        if reason.startswith(strict.PREFIX):
-            lines.append(f"{report.nodeid}: {reason.removeprefix(strict.PREFIX)}")
-    if lines:
-        terminalreporter.section(f"not judged: {len(lines)} check(s) had nothing to compare with here")
-        for line in lines:
-            terminalreporter.line(line)
+        for prefix, lines in found.items():
+            if reason.startswith(prefix):
+                lines.append(f"{report.nodeid}: {reason.removeprefix(prefix)}")
+    titles = {strict.PREFIX: "check(s) had nothing to compare with here",
+              strict.NA_PREFIX: "check(s) cannot apply here by design (the version lacks the feature, or a patch "
+                                "refuses this machine): never a failure"}
+    for prefix, lines in found.items():
+        if lines:
+            terminalreporter.section(f"{prefix.rstrip(': ')}: {len(lines)} {titles[prefix]}")
+            for line in lines:
+                terminalreporter.line(line)
 
 
 def _cuda_available() -> bool:
@@ -489,20 +495,83 @@ def pristine(request):
 
 @pytest.fixture(autouse=True)
 def shared_state_guard(request):
-    """After every test: a test that left shared state changed (an upstream class or module global rebound, a
-    fastpath object in an upstream namespace, a torch setting) fails, naming each attribute; what it changed is put
-    back, so the next test starts from the record. The RNG, which tests seed at will, is put back silently."""
+    """After every test: a test that left shared state changed (an upstream class or module global rebound, an entry
+    of an upstream registry or module dict, a fastpath object in either, a torch setting, an environment variable
+    torch or fastpath reads, a shared model fixture patched or its weights written) fails, naming each; what it
+    changed is put back, so the next test starts from the record and is not blamed. The RNG, which tests seed at
+    will, is put back silently."""
     import torch
-
-    from harness.audit import shared_state
 
     record = shared_state_record(request.config)
     rng = torch.random.get_rng_state()
     yield
     torch.random.set_rng_state(rng)
-    current = shared_state.now(record)
-    problems = shared_state.changed(record, current) + shared_state.foreign(record)
-    shared_state.restore(record, current)
+    problems = shared_state_problems(request.config, record)
     if problems:
         pytest.fail("this test left shared state changed (a patch touches its model instance only; a test puts back "
                     "every global it changes), now put back:\n  " + "\n  ".join(problems), pytrace=False)
+
+
+_SHARED_MODELS = pytest.StashKey[dict]()  # id(model) -> [weakref to it, fixture name, its ModelState]
+
+
+def shared_state_problems(config, record) -> list:
+    """What differs from the record and from each live shared model's state, named; all of it put back."""
+    from harness.audit import shared_state
+
+    current = shared_state.now(record)
+    try:
+        problems = shared_state.changed(record, current) + shared_state.foreign(record)
+    finally:
+        shared_state.restore(record, current)
+    for key, entry in list(config.stash.get(_SHARED_MODELS, {}).items()):
+        model = entry[0]()
+        if model is None:
+            del config.stash[_SHARED_MODELS][key]
+            continue
+        found = shared_state.model_changed(entry[2], model)
+        if found:
+            problems += [f"the {entry[1]} fixture's model: {line}" for line in found]
+            entry[2] = shared_state.model_restore(entry[2], model)
+        elif shared_state.tensors_moved(entry[2], model):  # new storage, the same values: compare with it from now
+            entry[2] = shared_state.model_state(model, keep_copy=True, previous=entry[2])
+    return problems
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """A model that a module- or session-scoped fixture gives (or holds in a tuple, list or dict) is shared by the
+    tests after it: its state is read when the fixture is set up (then again when another shared fixture is, which
+    may use it on purpose) and compared after every test (shared_state_guard)."""
+    import weakref
+
+    value = yield
+    if fixturedef.scope != "function":
+        from harness.audit import shared_state
+
+        tracked = request.config.stash.setdefault(_SHARED_MODELS, {})
+        for model in shared_state.shared_models(value):
+            if id(model) not in tracked or tracked[id(model)][0]() is not model:  # new, or a freed one's id again
+                tracked[id(model)] = [weakref.ref(model), fixturedef.argname, None]
+        for entry in tracked.values():
+            if entry[0]() is not None:
+                entry[2] = shared_state.model_state(entry[0](), keep_copy=True, previous=entry[2])
+    return value
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After the last test of a module (of the session, of an xdist worker's share), once its module- and
+    session-scoped fixtures are torn down: a leak made in their teardown, after every per-test check, fails here
+    (at the teardown of that last test, which the message says is not the leak's author), and is put back."""
+    result = yield
+    record, module = item.config.stash.get(_RECORD, None), getattr(item, "module", None)
+    if record is None or (nextitem is not None and getattr(nextitem, "module", None) is module):
+        return result
+    problems = shared_state_problems(item.config, record)
+    if problems:
+        torn_down = f"module {getattr(module, '__name__', item.nodeid)}'s" + (" and the session's" if nextitem is None
+                                                                             else "")
+        pytest.fail(f"the teardown of {torn_down} fixtures (after this test, which passed its own check) left shared "
+                    f"state changed, now put back:\n  " + "\n  ".join(problems), pytrace=False)
+    return result

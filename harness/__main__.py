@@ -128,7 +128,8 @@ GROUPS = {
                              "fastpath-suite maintain fingerprints"),
         "full-size-parity": Verb("scripts/full_size_parity.py", "bit-exactness of the lossless stack at full-size points",
                                  "fastpath-suite maintain full-size-parity clone3-short-32 --steps 1"),
-        "results": Verb("harness.run.results:main", "render docs/results.md from the results files (--check: verify)",
+        "results": Verb("harness.__main__:maintain_results",
+                        "render docs/results.md from the results files (--check: verify)",
                         "fastpath-suite maintain results --check"),
         "name-check": Verb("harness.release:main",
                            "is the distribution's name free on the package index? (pip's own client)",
@@ -147,6 +148,27 @@ def fingerprints(argv) -> int:
     from fastpath.__main__ import fingerprints_main
 
     return fingerprints_main(argv, prog="fastpath-suite maintain fingerprints")
+
+
+def hand_renderers() -> None:
+    """Import every room and top-level job: each hands harness.run.results the renderers of its results kinds and
+    docs blocks as it is imported (the bottom room imports none of the rooms above it, at run time either)."""
+    import importlib
+    import pkgutil
+
+    import harness
+
+    for found in pkgutil.iter_modules(harness.__path__):
+        if found.name != "__main__":
+            importlib.import_module(f"harness.{found.name}")
+
+
+def maintain_results(argv) -> int:
+    """`maintain results`: docs/results.md and the docs' rendered blocks, with every room's renderers handed over."""
+    from harness.run import results
+
+    hand_renderers()
+    return results.main(argv)
 
 
 def every_verb() -> dict:

@@ -38,6 +38,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from harness.run import results
+from harness.run.results import hand_over
 from harness.audit.false_alarms import junit_counts
 from harness.speed.targets import render_targets
 
@@ -525,6 +526,9 @@ def render_results(figures: dict) -> str:
                       + ", ".join(f"{s} (exit {exit_text(figures['steps'][s])})" for s in missing) + "."])
     parts = [p for p in parts if p]
     return "\n\n".join("\n".join(p) for p in parts) if parts else "No stage of the GPU script left results."
+
+
+hand_over({"gpu-check": render_results})  # this job's results kind, for the docs pages (harness.run.results)
 
 
 # --- the command line --------------------------------------------------------------------------------------------

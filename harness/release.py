@@ -24,6 +24,7 @@ import sys
 
 from harness import DISTRIBUTION
 from harness.run import results as result_files
+from harness.run.results import hand_over
 
 NEAR = ("fastpath", "omnivoice-fastpath")  # taken, and what users of this field already know
 CLEAR_OF = ("fastpath",)  # a word a name here must not hold: the peer's distinctive part, and the import name's
@@ -102,6 +103,9 @@ def render_results(figures: dict) -> str:
     if figures["reasons"]:
         lines += ["", "Too near another project: " + "; ".join(figures["reasons"]) + "."]
     return "\n".join(lines) + "\n"
+
+
+hand_over({"name": render_results})  # this job's results kind, for the docs pages (harness.run.results)
 
 
 class Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):

@@ -22,6 +22,7 @@ from pathlib import Path
 import fastpath
 from fastpath import fingerprints
 from harness.run import machine
+from harness.run.results import hand_over
 from harness.model.checkpoint import load_model, resolve_checkpoint
 from harness.parity.parity import POINTS, compare_runs, record_generation, resolve_point
 from harness.model.points import point
@@ -260,6 +261,9 @@ def render_results(figures: dict) -> str:
         f"{exact} of {len(figures['parity'])} (point, patch set) pairs. Work per generate at {w['point']}, fastpath "
         f"over stock (exact counts): {work}. Whole run {figures['seconds'] / 60:.1f} minutes ({stages}).",
         "", bench.render_results(figures["timing"])])
+
+
+hand_over({"report": render_results})  # this job's results kind, for the docs pages (harness.run.results)
 
 
 def main(argv=None) -> int:

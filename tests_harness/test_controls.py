@@ -223,6 +223,12 @@ def test_a_listed_control_that_skips_where_it_runs_fails_the_run(early):
     ({"run": "nightly:speed", "per_machine": True}, "not judged: no baseline for this machine", False, False),
     ({"run": "nightly:speed", "per_machine": True}, "the baseline lacks a point", False, True),
     ({"run": "ci", "per_machine": False}, "not judged: no hashes here", False, True),
+    # the installed version lacks the API, or a patch refuses this machine by design: counted, never a failure
+    ({"run": "default", "per_machine": False}, "not applicable: the voice_clone_prompt point: needs "
+                                              "VoiceClonePrompt.save/load (added in 0.2.1)", False, False),
+    ({"run": "ci", "per_machine": True}, "not applicable: batch_invariant refuses this machine by design", False,
+     False),
+    ({"run": "default", "per_machine": False}, "batch_invariant is not applicable here", False, True),  # said, not marked
 ])
 def test_which_skips_of_a_listed_control_fail(row, reason, left_out, fails):
     row = {"gate": "g", "kind": "equivalent", "runs": row["run"], **row}
@@ -257,3 +263,26 @@ def test_the_gpu_jobs_select_timed_tests_that_write_the_json_they_name(request):
         selected = selection(folders, expr, slow)
         timed = [n for n, (marks, fixtures) in tests.items() if selected(n, marks) and "benchmark" in fixtures]
         assert timed, f"{workflow}: `pytest {' '.join(folders)} -m {expr!r}` selects no test that writes {json_file}"
+
+
+REFUSAL_CONTROLS = ["tests_patches/test_registry.py::test_patches_touch_the_instance_only[batch_invariant]",
+                    "tests_patches/test_layouts.py::test_the_loop_asks_for_one_prefix_length_per_batch_under_"
+                    "prefix_kv_cache_only[batch_invariant]",
+                    "tests_parity/test_batched.py::test_two_voices_in_one_batch_each_get_their_own"]
+
+
+@pytest.mark.control
+def test_a_patch_that_refuses_this_machine_by_design_makes_its_controls_not_applicable():
+    """As an AVX2-only Intel runner computes (MKL's GEMM rows depend on the row count: planted by
+    tests_harness/forced_refusal.py), batch_invariant refuses to apply: the three listed controls that need it are
+    not applicable, each named in the summary with the refusal, never failures (they failed as "skipped where it
+    runs", or on the refusal itself); the refusal itself is still checked (tests_patches/test_registry.py)."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs", "-p",
+                           "tests_harness.forced_refusal", *REFUSAL_CONTROLS], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=1200)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "3 skipped" in out and "failed" not in out and "error" not in out, out[-3000:]
+    section = out.split("not applicable: 3 check(s) cannot apply here by design", 1)
+    assert len(section) == 2, out[-3000:]
+    for test in REFUSAL_CONTROLS:
+        assert f"{test}: " in section[1] and "batch_invariant" in section[1], (test, out[-3000:])

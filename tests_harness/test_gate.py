@@ -507,6 +507,8 @@ def test_the_gates_parity_invocation_passes_the_refusal_tests_on_the_installed_v
                                                          "against": {"version": "current"}, "state": "x",
                                                          "blocked_by": [], "not_run": []})
     result = early["junit"]
+    # a test that cannot apply here by design (a lean_llm case where GEMM rows depend on the row count) is counted
+    # apart; any other skip of the refusal tests is one
     assert result["passed"] >= 3 and not result["skipped"], result
 
 
@@ -711,3 +713,104 @@ def test_gate_lets_the_unmodified_version_ship(tmp_path):
     assert report["state"] == "may-ship", gate.render_table(report)
     row = {c["name"]: c for c in report["checks"]}["quality-set"]
     assert row["required"] and row["status"] == "pass", row
+
+
+NA = "not applicable: "  # harness.run.strict.NA_PREFIX
+
+
+def test_parse_junit_counts_a_test_that_cannot_apply_apart_from_a_skip(tmp_path):
+    """A skip that says "not applicable" (strict.not_applicable) is counted apart; any other skip stays a skip, so
+    the parity invocation's "no skip" still fails on one."""
+    from harness.run import strict
+
+    assert strict.NA_PREFIX == NA
+    xml = tmp_path / "j.xml"
+    xml.write_text('<testsuites><testsuite><testcase classname="m" name="a"/>'
+                   f'<testcase classname="m" name="b"><skipped message="{NA}the padded case: rows depend on the row '
+                   'count"/></testcase><testcase classname="m" name="c"><skipped message="no checkpoint"/>'
+                   '</testcase></testsuite></testsuites>')
+    result = gate.parse_junit(xml, 0)
+    assert result["not_applicable"] == [("m::b", "the padded case: rows depend on the row count")], result
+    assert result["skipped"] == [("m::c", "no checkpoint")], result
+    assert gate.tally(result) == "1 passed, 1 not applicable, 1 skipped", gate.tally(result)
+
+
+def test_a_parity_test_that_cannot_apply_to_the_candidate_is_named_and_does_not_block():
+    """omnivoice 0.2.0 lacks VoiceClonePrompt.save/load: its saved-prompt point is not applicable, counted and named
+    in the verdict, and MAY SHIP; nothing "failed". The same test skipping for any other reason still blocks."""
+    before = parity_result(passed=3) | {"passed_tests": ["t::saved", "t::a", "t::b"], "version": "0.2.1"}
+    why = "the voice_clone_prompt point: needs VoiceClonePrompt.save/load, which this omnivoice lacks (added in 0.2.1)"
+    now = parity_result(passed=2, skipped=[("t::x", "slow")]) | {"not_applicable": [("t::saved", why)]}
+    check = gate.rule_parity(now, before)
+    assert (check.status, check.blocks, check.not_applicable) == ("pass", False, [("t::saved", why)]), check
+    assert "failed" not in check.summary and "1 not applicable" in check.summary, check.summary
+    report = gate.verdict([gate.Check(n, "pass", False, "") for n in gate.BLOCKING if n != "parity"] + [check])
+    assert report["state"] == "may-ship" and report["not_applicable"] == [
+        {"check": "parity", "test": "t::saved", "reason": why}], report
+    report.update(candidate={"version": "0.2.0"}, against={"version": "0.2.1"})
+    assert f"parity: t::saved: {why}" in gate.render_table(report), gate.render_table(report)
+    skipped = parity_result(passed=2, skipped=[("t::saved", "needs a file that is not there")])
+    assert gate.rule_parity(skipped, before).blocks, "a plain skip of a test that ran before must still block"
+
+
+def test_an_api_the_against_version_has_and_the_candidate_lacks_is_its_own_line():
+    """Downgrade: expected; upgrade (or the same version): a warning naming each name; never blocking."""
+    against = {"models/omnivoice.py:VoiceClonePrompt.save": "1", "models/omnivoice.py:VoiceClonePrompt.load": "2",
+               "utils/text.py:normalize_text": "3", "utils/text.py:_private": "4", "_x.py:f": "5",
+               "models/omnivoice.py:OmniVoice._generate_iterative": "6", "a.py:f.<locals>.g": "7"}
+    assert gate.public_api(against) == {"models/omnivoice.py:VoiceClonePrompt.save",
+                                        "models/omnivoice.py:VoiceClonePrompt.load", "utils/text.py:normalize_text"}
+    missing = sorted(gate.public_api(against) - gate.public_api({"utils/text.py:normalize_text": "3"}))
+    down = gate.rule_api(missing, ("0.2.0", "0.2.1"))
+    assert (down.status, down.blocks) == ("changed-as-expected", False) and "downgrade: expected" in down.summary
+    up = gate.rule_api(missing, ("0.3.0", "0.2.1"))
+    assert (up.status, up.blocks) == ("changed", False) and up.summary.startswith("WARNING"), up
+    assert all(name in up.summary for name in missing), up.summary
+    assert gate.rule_api([], ("0.3.0", "0.2.1")).status == "pass"
+    report = gate.verdict([gate.Check(n, "pass", False, "") for n in gate.BLOCKING] + [up])
+    assert report["state"] == "may-ship" and report["api"]["missing"] == missing, report
+    assert any(line.startswith("API: WARNING") for line in gate.verdict_notes(report)), gate.verdict_notes(report)
+
+
+def test_a_results_file_gathers_one_verdict_per_candidate():
+    def figures(spec, state):
+        return {"candidate": {"spec": spec, "version": spec[-5:]}, "against": {"spec": "current", "version": "0.2.1"},
+                "state": state, "blocked_by": [], "not_run": [], "errors": [], "checks": [], "seconds": 1.0}
+
+    first = gate.gathered(figures("omnivoice==0.2.0", "must-not-ship"), None)
+    both = gate.gathered(figures("omnivoice==0.1.5", "may-ship"), first)
+    again = gate.gathered(figures("omnivoice==0.2.0", "may-ship"), both)
+    assert [(v["candidate"]["spec"], v["state"]) for v in again["verdicts"]] == [
+        ("omnivoice==0.1.5", "may-ship"), ("omnivoice==0.2.0", "may-ship")], again
+    assert "omnivoice==0.1.5" in gate.render_results(again) and "command" in again["verdicts"][0]
+
+
+def gate_verdicts(results_dir=REPO_ROOT / "results") -> dict:
+    """{omnivoice version: [state, ...]} of every upstream release's gate verdict in results/gate/ (forks aside)."""
+    from harness.run import results as result_files
+
+    found: dict = {}
+    for path in sorted((results_dir / "gate").glob("*.json")):
+        for v in result_files.load(path)["figures"].get("verdicts", []):
+            if v["candidate"].get("distribution") == "omnivoice" and v["candidate"]["spec"].startswith("omnivoice=="):
+                found.setdefault(v["candidate"]["version"], []).append(v["state"])
+    return found
+
+
+def test_the_declared_range_admits_the_releases_the_gate_passes():
+    """pyproject's omnivoice range and the gate's verdicts in results/gate/ agree: every release with a verdict
+    there passed (MAY SHIP) exactly when the range admits it, and every admitted release below the installed one
+    has a verdict (fastpath-suite gate omnivoice==X --results results/)."""
+    from packaging.version import Version
+
+    from harness.gate import versions
+
+    declared = versions.declared_range()
+    verdicts = gate_verdicts()
+    disagree = {v: states for v, states in verdicts.items() if (set(states) == {"may-ship"}) != declared.contains(v)}
+    assert not disagree, f"pyproject declares omnivoice{declared}, the gate's verdicts: {disagree}"
+    installed = fingerprints.omnivoice_version()
+    unverdicted = [r for r in versions.admitted(declared, versions.known_releases())
+                   if r not in verdicts and Version(r) < Version(installed)]
+    assert not unverdicted, (f"omnivoice{declared} admits {unverdicted} with no gate verdict in results/gate/: run "
+                             f"`fastpath-suite gate omnivoice==X --results results/` for each")

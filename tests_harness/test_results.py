@@ -7,7 +7,15 @@ import json
 
 import pytest
 
+from harness.__main__ import hand_renderers
 from harness.run import results
+
+
+@pytest.fixture(scope="module", autouse=True)
+def renderers():
+    """Every room's renderers, handed over as `fastpath-suite maintain results` hands them (the bottom room imports
+    none of the rooms above it)."""
+    hand_renderers()
 
 
 def test_docs_results_md_is_the_rendering_of_the_results_files():
@@ -19,7 +27,7 @@ def test_docs_results_md_is_the_rendering_of_the_results_files():
 
 @pytest.mark.parametrize("name", list(results.BLOCKS))
 def test_every_rendered_block_of_the_docs_is_the_rendering_of_its_files(name):
-    page = results.ROOT / "docs" / results.BLOCKS[name][0]
+    page = results.ROOT / "docs" / results.BLOCKS[name]
     text = page.read_text()
     assert text == results.render_block(name, text), (f"docs/{page.name}'s block {name!r} is not what its files render "
                                                       "(a figure typed by hand): run `fastpath-suite maintain results`")
@@ -38,9 +46,23 @@ def test_a_block_edited_by_hand_or_without_its_marks_is_refused(tmp_path):
     assert results.main(args) == 2
 
 
-@pytest.mark.parametrize("kind", list(results.KINDS))
-def test_every_kind_has_a_renderer(kind):
+@pytest.mark.parametrize("kind", list(results.KINDS) + list(results.BLOCKS))
+def test_every_kind_and_block_has_a_renderer(kind):
     assert callable(results.renderer(kind)), kind
+
+
+def test_every_renderer_handed_over_is_of_a_kind_or_block_the_pages_show():
+    """A room that hands over a name the page does not list (a typo, a kind never added to KINDS) would render
+    nothing: refused here."""
+    handed = [name for renderers in results.HANDED for name in (renderers() if callable(renderers) else renderers)]
+    unknown = sorted(set(handed) - set(results.KINDS) - set(results.BLOCKS))
+    assert not unknown and len(handed) == len(set(handed)), (unknown, sorted(handed))
+
+
+def test_a_kind_no_room_handed_over_is_refused_naming_the_fix(monkeypatch):
+    monkeypatch.setattr(results, "HANDED", [])
+    with pytest.raises(results.ResultsError, match="no renderer handed over for 'grid'.*maintain results"):
+        results.renderer("grid")
 
 
 STABILITY = {"rule": {"max_ratio_spread": 0.2, "min_rounds": 3},

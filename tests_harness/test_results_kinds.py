@@ -87,7 +87,8 @@ def test_gate_writes_its_results_file_and_keeps_progress_off_stdout(monkeypatch,
     [path] = (tmp_path / "results" / "gate").glob("*.json")
     data = results.load(path)
     assert data["command"] == seen[0] and seen[0].startswith("fastpath-suite gate omnivoice==9.9.9 --out ")
-    assert data["figures"]["state"] == "incomplete" and data["figures"]["checks"][0]["name"] == "fingerprints"
+    [verdict] = data["figures"]["verdicts"]  # one verdict per candidate and --against (gate.gathered)
+    assert verdict["state"] == "incomplete" and verdict["checks"][0]["name"] == "fingerprints"
     monkeypatch.setattr(results, "COMMAND", None)  # `python -m harness.gate.gate`: the same form
     assert gate.main(["omnivoice==9.9.9", "--out", str(tmp_path / "o"), "--quiet"]) == 3
     assert capsys.readouterr().err == "" and seen[1] == f"fastpath-suite gate omnivoice==9.9.9 --out {tmp_path / 'o'} --quiet"

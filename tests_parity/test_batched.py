@@ -19,6 +19,7 @@ from fastpath import loop
 from fastpath.instance import overridden
 from harness.parity.parity import POINTS, Run, compare_runs, record_generation
 from harness.model.points import load_spec
+from harness.run import strict
 
 MIXED_8 = load_spec()["texts"]["mixed8"]  # one word to about ten seconds
 # 4 steps: what is tested is the batch (eight lengths packed, scored and unmasked together, each item's own k per
@@ -127,10 +128,10 @@ def batch_1_calls(model):
 
 
 def needs_independent_rows(model) -> None:
-    if not loop.gemm_rows_independent(model):
-        pytest.skip("this machine's CPU GEMM gives a row other bits when the call has another number of rows "
-                    "(loop.gemm_rows_independent is False), so batch_invariant refuses to apply here (tested in "
-                    "tests_patches/test_registry.py); run with MKL_CBWR=AVX2,STRICT (or AUTO,STRICT) to check it")
+    """batch_invariant refuses a machine whose CPU GEMM gives a row other bits when the call has another number of
+    rows (loop.gemm_rows_independent is False): the test is then not applicable (the refusal checked); run with
+    MKL_CBWR=AVX2,STRICT (or AUTO,STRICT) to check it there."""
+    strict.refused_by_design(model, "batch_invariant", "items of a batch against their calls alone")
 
 
 @pytest.mark.cpu
@@ -192,9 +193,10 @@ def test_packed_rows_run_as_one_forward_without_padding(model, stock_batch):
     packed = loop.packed_layout(model, inputs, c_lens, t_lens, [sum(t_lens[:i]) for i in range(len(t_lens))])
     B, P, own = len(c_lens), max(c_lens), sum(c_lens) + sum(t_lens)
     if packed is None:
-        pytest.skip("this machine's GEMM gives no row count of the packed forward stock's bits for this batch "
-                    "(loop.row_count is None: the call ran stock's layout, bit-exact as checked above); the layout "
-                    "is checked on machines where one exists (AVX-512 MKL, or MKL without its AVX2 cap)")
+        strict.not_applicable("the packed layout's positions", "this machine's GEMM gives no row count of the "
+                              "packed forward stock's bits for this batch (loop.row_count is None: the call ran "
+                              "stock's layout, bit-exact as checked above); the layout is checked on machines where "
+                              "one exists (AVX-512 MKL, or MKL without its AVX2 cap)")
     got = packed.input_ids.shape[-1]
     assert own <= got < own + loop.PROBE_SCAN, f"packed positions {got}: not the rows' own {own} (+ < {loop.PROBE_SCAN})"
     R = 2 * B + (got > own)  # a padding segment when row_count added rows

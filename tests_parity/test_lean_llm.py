@@ -11,6 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import fastpath
 from fastpath import loop
 from harness.parity.parity import compare_runs, record_generation
+from harness.run import strict
 
 
 class GemmRows(TorchDispatchMode):
@@ -74,9 +75,9 @@ def test_a_changed_transformers_source_runs_the_llms_own_forward_and_says_so(mod
     monkeypatch.setitem(loop.LEAN_SOURCES, name, "another")
     if pad:
         if not loop.gemm_rows_independent(model):
-            pytest.skip("padding a GEMM beyond its row count is exact only where a row's bits ignore the call's row "
-                        "count; this machine's do not (loop.gemm_rows_independent is False): the 'own rows' case "
-                        "checks the fallback here")
+            strict.not_applicable("a GEMM padded beyond its row count", "exact only where a row's bits ignore the "
+                                  "call's row count; this machine's do not (loop.gemm_rows_independent is False): the "
+                                  "'own rows' case checks the fallback here")
         found, down = loop.row_count, tuple(model.llm.layers[0].mlp.down_proj.weight.shape)
         monkeypatch.setattr(loop, "row_count", lambda weights, rows, count, least: (
             n if (n := found(weights, rows, count, least)) is None or tuple(weights[0].shape) != down

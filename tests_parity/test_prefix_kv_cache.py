@@ -16,6 +16,7 @@ import fastpath
 from fastpath import loop
 from harness.parity.parity import POINTS, compare_runs, record_generation
 from harness.speed.prefix import agreement
+from harness.run import strict
 
 NUM_STEP = 16
 CLONE = dict(POINTS["voice_clone_audio"], num_step=NUM_STEP)
@@ -25,9 +26,10 @@ CLONE = dict(POINTS["voice_clone_audio"], num_step=NUM_STEP)
 @pytest.mark.parametrize("point", ["voice_clone_audio", "batch_of_3"])
 def test_refresh_1_is_exact(model, point):
     if not loop.gemm_rows_independent(model):
-        pytest.skip("refresh 1 is exact only where a CPU GEMM row ignores the call's row count (the cache runs rows at "
-                    "their own lengths); this machine's does not (loop.gemm_rows_independent is False): run with "
-                    "MKL_CBWR=AVX2,STRICT (or AUTO,STRICT) to check it")
+        strict.not_applicable(f"refresh 1 exact at {point}", "exact only where a CPU GEMM row ignores the call's "
+                              "row count (the cache runs rows at their own lengths); this machine's does not "
+                              "(loop.gemm_rows_independent is False): run with MKL_CBWR=AVX2,STRICT (or "
+                              "AUTO,STRICT) to check it")
     kwargs = dict(POINTS[point], num_step=NUM_STEP)
     stock = record_generation(model, seed=0, **kwargs)
     with fastpath.patched(model, list(fastpath.LOSSLESS) + ["prefix_kv_cache"]):

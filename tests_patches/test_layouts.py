@@ -14,6 +14,7 @@ import torch
 
 import fastpath
 from fastpath import loop
+from harness.run import strict
 
 C_LENS, T_LENS = [10, 10, 10], [4, 5, 4]
 
@@ -94,6 +95,8 @@ def test_the_loop_asks_for_one_prefix_length_per_batch_under_prefix_kv_cache_onl
     """The layout above is what generate asks for: one start per batch under prefix_kv_cache (its cached steps cut
     every row of a batch at the first row's start), rows of any start together otherwise. At refresh 1 the outputs
     are exact either way, so only the call tells."""
+    if "batch_invariant" in flags:
+        strict.refused_by_design(model, "batch_invariant", "the layout batch_invariant asks for")
     asked, real = [], loop.trimmed_groups
 
     def spy(*args, **kwargs):

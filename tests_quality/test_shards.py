@@ -14,7 +14,7 @@ import soundfile as sf
 
 from harness.run import workers
 from harness.gate.gate import metric_figures
-from harness.quality import clone_run, espeak_set, evaluate, sets, shards
+from harness.quality import cache, clone_run, espeak_set, evaluate, sets, shards
 
 pytestmark = pytest.mark.quality
 
@@ -75,16 +75,36 @@ def figures_of(comparison) -> list:
     return [metric_figures(v) for v in comparison.overall.verdicts]
 
 
+def plant_a_wrong_transcript(cache: Path) -> str:
+    """One cached transcript of the cache at `cache` rewritten to words no clip says; its file name."""
+    path = sorted((cache / "transcripts").glob("*.json"))[0]
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps(record | {"text": "planted words that no clip says"}))
+    return path.name
+
+
+@pytest.mark.slow
+@pytest.mark.control  # each side computes every figure: 1.5 to 3.5 minutes per row on the 2-core machine
 @pytest.mark.parametrize("damage", ["none", "noise"])
 def test_a_set_judged_over_two_workers_gets_the_serial_verdict(espeak, judge, voice_judge, mos_judge, english,
-                                                               tmp_path, damage, request):
+                                                               tmp_path, damage, request, monkeypatch):
+    """Each side judges with its own empty cache (FASTPATH_CACHE), so the equality is shown by computing: the
+    workers compute every transcript, embedding and MOS the serial run did, into their own cache, and a wrong
+    transcript planted in the serial side's cache after its run is not read by them."""
     eval_set = sets.read_set(english)
     ref = write_outputs(eval_set, tmp_path / "against", "none")
     cand = write_outputs(eval_set, tmp_path / "candidate", damage)
+    caches = {side: tmp_path / f"cache-{side}" for side in ("serial", "sharded")}
+    monkeypatch.setenv(cache.CACHE_ENV, str(caches["serial"]))
     serial = evaluate.compare_set_folders(judge, eval_set, ref, cand, label="candidate", voice_judge=voice_judge,
                                           mos_judge=mos_judge)
+    computed = cache.judge_entries(caches["serial"])
+    assert all(computed.values()), {kind: len(e) for kind, e in computed.items()}  # the serial side computed
+    planted = plant_a_wrong_transcript(caches["serial"])
+    serial_cache = cache.judge_entries(caches["serial"])
     names = {key: request.config.getoption(option) for key, option in (("wer", "judge"), ("sim", "sim_judge"),
                                                                         ("mos", "mos_judge"))}
+    monkeypatch.setenv(cache.CACHE_ENV, str(caches["sharded"]))  # the workers inherit it
     sharded = shards.judge_set(english, ref, cand, 2, tmp_path / "judged", judges=names, label="candidate",
                                log=lambda m: None)
     assert figures_of(sharded) == figures_of(serial)  # every metric's means, bounds, verdict: equal, not close
@@ -96,6 +116,11 @@ def test_a_set_judged_over_two_workers_gets_the_serial_verdict(espeak, judge, vo
         assert a.ids == b.ids and np.array_equal(a.errors, b.errors) and np.array_equal(a.words, b.words), side
     records = [json.loads(p.read_text()) for p in sorted((tmp_path / "judged").glob("judged-*.json"))]
     assert sorted(i for r in records for i in r["items"]) == sorted(i.id for i in eval_set.items)
+    workers_wrote = cache.judge_entries(caches["sharded"])
+    for kind in cache.JUDGE_KINDS:  # every entry the serial run computed, the workers computed too, in their cache
+        assert sorted(workers_wrote[kind]) == sorted(computed[kind]), kind
+    assert workers_wrote["transcripts"][planted] == computed["transcripts"][planted]  # computed, not the planted one
+    assert cache.judge_entries(caches["serial"]) == serial_cache  # and the workers wrote nothing into the serial's
 
 
 def done(k: int, n: int, code, tmp_path) -> workers.Done:

@@ -48,20 +48,74 @@ def run(repo, shas, good=0, bad=-1, signal="structure"):
 @pytest.mark.parametrize("counts, step", [
     pytest.param([100, 100, 100, 120, 120, 120, 120, 120], 3, id="a step in the middle"),
     pytest.param([100, 120], 1, id="the one commit"),
+    pytest.param([100, 130, 130, 130, 130, 130, 130], 1, id="the first commit of the range"),
     pytest.param([100, 100, 100, 100, 100, 100, 100, 101], 7, id="the last commit, by one call"),
     pytest.param([100, 99, 100, None, 100, 130, 130], 5, id="a commit that does not build, passed over"),
     pytest.param([100, 100, 100, 90, 90, 90], 3, id="less work: a fall, which the count check fails too"),
-    pytest.param([100, 120, 100, 80, 80], 3, id="BAD fell: a rise on the way is not its step"),
 ])
-def test_bisect_finds_the_first_commit_past_the_floor(tmp_path, counts, step):
+def test_bisect_finds_the_commit_past_the_floor(tmp_path, counts, step):
     repo, shas = history(tmp_path, counts)
     result = run(repo, shas)
-    assert result.step and not result.candidates
-    assert result.first_bad.commit == shas[step], bisect.format_result(result, "GOOD", "BAD")
-    assert (result.good.count, result.first_bad.count) == (counts[step - 1], counts[step])
-    assert len(result.probes) <= 2 + (len(counts) - 2).bit_length() + counts.count(None)  # halving, not a scan
     text = bisect.format_result(result, "GOOD", "BAD")
-    assert f"first bad commit: {shas[step]} commit {step}" in text, text
+    assert [s.after.commit for s in result.steps] == [shas[step]] and result.steps[0].named, text
+    assert (result.steps[0].before.count, result.first_bad.count) == (counts[step - 1], counts[step])
+    assert len(result.probes) <= 2 + (len(counts) - 2).bit_length() + counts.count(None)  # halving, not a scan
+    assert f"step: {shas[step]} commit {step}" in text, text
+    assert "moved both ways" not in text
+
+
+@pytest.mark.parametrize("counts, steps", [
+    pytest.param([1_000_000, 1_000_000, 1_050_000, 1_050_000, 1_050_000, 945_000, 945_000], {2: +0.05, 5: -0.10},
+                 id="a +5% regression, then a -10% gain"),
+    pytest.param([1_000_000, 900_000, 900_000, 900_000, 900_000, 945_000, 945_000], {1: -0.10, 5: +0.05},
+                 id="a -10% gain, then a +5% regression"),
+    pytest.param([1_000_000, 1_300_000, 1_300_000, 1_300_000, 900_000], {1: +0.30, 4: -0.3077},
+                 id="a rise at the first commit, the fall at the last"),
+    pytest.param([1_000_000, 1_200_000, 1_000_000, 1_000_000, 800_000, 800_000], {4: -0.20},
+                 id="BAD fell: a rise undone between two counted commits is not seen by halving"),
+])
+def test_every_lasting_step_is_found_in_both_directions(tmp_path, counts, steps):
+    """The direction is not BAD's alone: a regression and a gain in one range are both named, oldest first, each
+    with its own change, and the range is said to have moved both ways."""
+    repo, shas = history(tmp_path, counts)
+    result = run(repo, shas, signal="instructions")
+    text = bisect.format_result(result, "GOOD", "BAD")
+    for k, change in steps.items():
+        assert f"step: {shas[k]} commit {k}" in text, text
+    assert [s.after.commit for s in result.steps] == [shas[k] for k in steps], text
+    assert [round(s.change, 4) for s in result.steps] == list(steps.values()), text
+    assert all(s.named for s in result.steps)
+    both = len({c > 0 for c in steps.values()}) == 2
+    assert result.both_ways == both and ("the range moved both ways" in text) == both, text
+
+
+def test_every_counts_each_commit_and_finds_a_move_undone_before_bad(tmp_path):
+    """A rise and its fall inside the range leave GOOD and BAD level: halving says so and points at --every, which
+    counts every commit and names both."""
+    counts = [100, 100, 130, 130, 100, 100]
+    repo, shas = history(tmp_path, counts)
+    halved = run(repo, shas)
+    assert not halved.steps and len(halved.probes) == 2
+    assert "a move undone inside the range (a rise and its fall) is seen with --every" in \
+        bisect.format_result(halved, "A", "B")
+    every = bisect.bisect(repo, shas[0], shas[-1], "auto-short-2", log=lambda msg: None, counter=reads_the_file,
+                          every=True)
+    text = bisect.format_result(every, "A", "B")
+    assert [(s.after.commit, s.before.count, s.after.count) for s in every.steps] == \
+        [(shas[2], 100, 130), (shas[4], 130, 100)], text
+    assert len(every.probes) == len(counts) and "the range moved both ways" in text
+
+
+def test_a_drift_past_the_floor_with_no_one_commit_past_it_is_said_so(tmp_path):
+    """Instruction counts creeping up by 0.04% a commit pass the 0.1% floor over the range, and no commit passes it
+    alone: reported as a drift over the commits where it happened, not as one commit's step."""
+    floor = bisect.floor_of("instructions", "auto-short-2", "lossless")
+    counts = [round(10_000_000 * (1 + 0.4 * floor) ** k) for k in range(6)]
+    repo, shas = history(tmp_path, counts)
+    result = run(repo, shas, signal="instructions")
+    text = bisect.format_result(result, "A", "B")
+    assert result.steps and not any(s.named for s in result.steps), text
+    assert "a drift, no one commit" in text and "step: " not in text, text
 
 
 def test_a_commit_that_does_not_build_is_skipped_and_named(tmp_path):
@@ -70,21 +124,38 @@ def test_a_commit_that_does_not_build_is_skipped_and_named(tmp_path):
     assert result.first_bad.commit == shas[5]
     [skipped] = [p for p in result.probes if p.verdict == "skipped"]
     assert skipped.commit == shas[2]
-    assert f"skipped (could not be counted): {shas[2][:12]} (does not build)" in bisect.format_result(result, "A", "B")
+    assert f"skipped (could not be counted, not steps): {shas[2][:12]} (does not build)" in \
+        bisect.format_result(result, "A", "B")
+
+
+def test_a_counter_that_raises_at_one_commit_skips_it_not_a_step(tmp_path):
+    """A stranger's counter raises (not answers None) where the package does not import: that commit is skipped
+    and named with the error, the search goes on, and the step is still the commit that moved."""
+    repo, shas = history(tmp_path, [100, 100, 100, 100, 100, 120, 120])
+
+    def raises_at_3(repo_, commit, *args):  # the middle: the first commit the halving probes
+        if commit == shas[3]:
+            raise ImportError("cannot import name 'apply' from 'fastpath'")
+        return reads_the_file(repo_, commit, *args)
+
+    result = bisect.bisect(repo, shas[0], shas[-1], "p", log=lambda m: None, counter=raises_at_3)
+    text = bisect.format_result(result, "A", "B")
+    assert [s.after.commit for s in result.steps] == [shas[5]] and result.steps[0].named, text
+    assert f"{shas[3][:12]} (the count raised ImportError: cannot import name 'apply'" in text, text
 
 
 def test_a_step_hidden_among_skipped_commits_names_them_all(tmp_path):
     repo, shas = history(tmp_path, [100, None, 130])
     result = run(repo, shas)
     assert [p.commit for p in result.candidates] == [shas[1], shas[2]]
-    assert "the step lies in one of these" in bisect.format_result(result, "A", "B")
+    assert "a step among skipped commits" in bisect.format_result(result, "A", "B")
 
 
 def test_a_range_with_no_step_says_so(tmp_path):
     repo, shas = history(tmp_path, [100, 130, 100, 100])  # a rise that went away again: BAD is not past the floor
     result = run(repo, shas)
     assert not result.step and result.first_bad is None
-    assert "no step in the range: BAD counts 100 against GOOD's 100" in bisect.format_result(result, "A", "B")
+    assert "no step between GOOD and BAD: BAD counts 100 against GOOD's 100" in bisect.format_result(result, "A", "B")
 
 
 def test_instruction_counts_use_the_points_stored_margin_as_the_floor(tmp_path):
@@ -92,8 +163,19 @@ def test_instruction_counts_use_the_points_stored_margin_as_the_floor(tmp_path):
     assert 0 < floor < 0.01
     repo, shas = history(tmp_path, [1_000_000, int(1_000_000 * (1 + floor / 2)), int(1_000_000 * (1 + 2 * floor))])
     result = run(repo, shas, signal="instructions")
-    assert result.first_bad.commit == shas[2]  # the wobble below the margin is not a step
+    assert [s.after.commit for s in result.steps] == [shas[2]]  # the wobble below the margin is not a step
     assert bisect.floor_of("structure", "auto-short-2", "lossless") == 0
+
+
+@pytest.mark.parametrize("counts, code", [
+    pytest.param([100, 100], 0, id="no step"), pytest.param([100, 120], 1, id="a step named"),
+    pytest.param([100, None, 120], 2, id="a step among skipped commits"),
+])
+def test_the_exit_status_says_what_was_found(tmp_path, monkeypatch, capsys, counts, code):
+    repo, shas = history(tmp_path, counts)
+    monkeypatch.setattr(bisect, "count_at", lambda *a, **kw: reads_the_file(*a[:6]))
+    assert bisect.main([shas[0], shas[-1], "--point", "auto-short-2", "--repo", str(repo)]) == code
+    capsys.readouterr()
 
 
 def test_bad_ranges_are_refused_naming_the_fix(tmp_path):
@@ -108,6 +190,52 @@ def test_bad_ranges_are_refused_naming_the_fix(tmp_path):
     broken, bshas = history(tmp_path / "b", [None, 120])
     with pytest.raises(bisect.BisectError, match="GOOD .* cannot be counted: does not build"):
         run(broken, bshas)
+
+
+def branched(tmp_path) -> tuple:
+    """main: base (100) - main work (100) - more main work (100) - merge of side (90) - slower (99: +10%);
+    side, from base: faster (90: the gain the merge brings). Returns (repo, {name: sha})."""
+    repo, shas = history(tmp_path, [100])
+    named = {"base": shas[0]}
+
+    def commit(name, count):
+        (repo / "count.txt").write_text(str(count))
+        git(repo, "commit", "-q", "--allow-empty", "-am", name)
+        named[name] = git(repo, "rev-parse", "HEAD")
+
+    git(repo, "checkout", "-q", "-b", "side")
+    commit("faster", 90)
+    git(repo, "checkout", "-q", "main")
+    commit("main work", 100)
+    commit("more main work", 100)
+    git(repo, "merge", "-q", "--no-ff", "--no-commit", "side")
+    (repo / "count.txt").write_text("90")
+    git(repo, "commit", "-q", "-am", "merge side")
+    named["merge side"] = git(repo, "rev-parse", "HEAD")
+    commit("slower", 99)
+    return repo, named
+
+
+def test_a_good_on_a_merged_branch_is_refused_naming_the_merge(tmp_path):
+    """GOOD on a branch merged into BAD's line: the line's commits before the merge lack GOOD's gain, and counted
+    against GOOD's count the first of them ("main work") looked like the step. Refused, naming the merge to start
+    from; started there, the regression is found."""
+    repo, c = branched(tmp_path)
+    with pytest.raises(bisect.BisectError) as refused:
+        bisect.bisect(repo, c["faster"], c["slower"], "p", log=lambda m: None, counter=reads_the_file)
+    message = str(refused.value)
+    assert f"merge {c['merge side'][:12]} (merge side)" in message, message
+    assert f"nightly bisect {c['merge side'][:12]} {c['slower']}" in message and c["more main work"][:12] in message
+    result = bisect.bisect(repo, c["merge side"], c["slower"], "p", log=lambda m: None, counter=reads_the_file)
+    assert [s.after.commit for s in result.steps] == [c["slower"]]
+
+
+def test_a_merge_inside_the_range_counts_as_one_commit(tmp_path):
+    """GOOD on the line before the merge: the merge's gain and the later regression are both steps."""
+    repo, c = branched(tmp_path)
+    result = bisect.bisect(repo, c["more main work"], c["slower"], "p", log=lambda m: None, counter=reads_the_file)
+    assert [(s.after.commit, s.after.count) for s in result.steps] == [(c["merge side"], 90), (c["slower"], 99)]
+    assert result.both_ways
 
 
 def test_a_flagged_night_of_a_count_history_prints_its_bisect_command(tmp_path, capsys):
@@ -185,3 +313,61 @@ def test_count_with_this_drives_each_commits_patches_with_this_harness(tmp_path,
         assert asked[1:4] == ["-m", "harness", "structure"], asked
         assert asked[0].endswith(sha[:12])
     assert not list(work.iterdir()) or all(p.suffix == ".json" for p in work.iterdir()), "worktree and links removed"
+
+
+FAKE_VALGRIND = """#!/usr/bin/env bash
+# Stands in for valgrind, and only for it: answers --version; otherwise starts the interpreter it was handed in the
+# folder and environment it was started with (as valgrind would), asks it which fastpath it imports and the marker
+# the commit planted, writes that to {log}, and exits 3 (no count).
+if [ "$1" = "--version" ]; then echo valgrind-3.19.0; exit 0; fi
+while [ "${{1#-}}" != "$1" ]; do shift; done  # valgrind's own options
+found=$("$1" -c 'import os, fastpath; print(os.path.realpath(fastpath.__file__), getattr(fastpath, "PLANTED", "none"))') \\
+    || exit 4
+echo "$found" >> "{log}"
+exit 3
+"""
+
+
+COUNT_WITH_ROWS = ("this",)
+
+
+def test_each_probe_counts_its_own_commits_fastpath(tmp_path, monkeypatch):
+    """`--count-with this` and `own`, instruction counts, on a copy of this repository whose commits each plant a
+    marker in fastpath/: the valgrind child of each probe imports the fastpath of the commit probed (the real
+    count_at and instructions.count; only valgrind is a stand-in). The third commit's fastpath does not import: it
+    is reported as such. Before the fix, the child was started in this checkout with it first on PYTHONPATH, and
+    imported this checkout's fastpath at every commit."""
+    repo = tmp_path / "repo"
+    git(tmp_path, "clone", "-q", "--no-hardlinks", str(bisect.REPO_ROOT), str(repo))
+    git(repo, "config", "user.email", "t@example.com")
+    git(repo, "config", "user.name", "t")
+    init = repo / "fastpath" / "__init__.py"
+    source, shas = init.read_text(), []
+    for marker in ("one", "two", "broken"):
+        init.write_text(source + (f"PLANTED = {marker!r}\n" if marker != "broken" else "PLANTED = (\n"))
+        git(repo, "commit", "-q", "-am", f"plant {marker}")
+        shas.append(git(repo, "rev-parse", "HEAD"))
+    tools, log = tmp_path / "bin", tmp_path / "imported.txt"
+    tools.mkdir()
+    (tools / "valgrind").write_text(FAKE_VALGRIND.format(log=log))
+    (tools / "callgrind_control").write_text("#!/bin/sh\nexit 0\n")
+    for tool in tools.iterdir():
+        tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{bisect.os.environ['PATH']}")
+    work = tmp_path / "work"
+    work.mkdir()
+    for count_with in COUNT_WITH_ROWS:
+        for sha, marker in zip(shas, ("one", "two")):
+            log.unlink(missing_ok=True)
+            count, why = bisect.count_at(repo, sha, "instructions", "auto-short-2", "lossless", work,
+                                         count_with=count_with)
+            assert count is None and "exited" in why, why  # the stand-in counts nothing
+            imported, planted = log.read_text().split()
+            assert (imported.startswith(str(work / sha[:12]) + "/fastpath/"), planted) == (True, marker), \
+                (count_with, imported, planted)
+        log.unlink(missing_ok=True)
+        count, why = bisect.count_at(repo, shas[2], "instructions", "auto-short-2", "lossless", work,
+                                     count_with=count_with)
+        assert count is None and why.startswith("does not import: SyntaxError"), (count_with, why)
+        assert shas[2][:12] in why and "/fastpath/__init__.py" in why, why  # the commit's file, not this checkout's
+        assert not log.exists()

@@ -7,7 +7,8 @@ recorded`; on a machine with nothing recorded it is "not judged" (harness.run.st
 
 `skip_is_a_failure` is the rule conftest.py applies to every test's report: a listed control that runs here (not
 left out by its run's selection: `slow` without --slow, `cuda` without a GPU, `real_weights` without a checkpoint)
-and skips anyway fails in strict mode, naming the row, the reason and the fix. tests_harness/test_controls.py
+and skips anyway fails in strict mode, naming the row, the reason and the fix; a skip that says "not applicable"
+(harness.run.strict.not_applicable) is the one skip of a control that does not. tests_harness/test_controls.py
 checks the table against the collected tests and the runs' command lines.
 """
 
@@ -43,11 +44,13 @@ def row_of(nodeid: str, rows: list) -> dict | None:
 
 def skip_is_a_failure(row: dict, reason: str, left_out: bool) -> str | None:
     """Why a listed control's skip fails the run, or None: a skip its run's selection made (`left_out`) is not the
-    control's run; a per-machine control may be "not judged" on a machine with nothing recorded yet; any other skip
-    hides a control that should have run."""
+    control's run; a control that cannot apply here by design ("not applicable": the installed omnivoice lacks the
+    API it checks, or a patch it needs refuses this machine; harness.run.strict.not_applicable) is counted and named
+    in the summary, never a failure; a per-machine control may be "not judged" on a machine with nothing recorded
+    yet; any other skip hides a control that should have run."""
     from harness.run import strict
 
-    if left_out or (row["per_machine"] and reason.startswith(strict.PREFIX)):
+    if left_out or reason.startswith(strict.NA_PREFIX) or (row["per_machine"] and reason.startswith(strict.PREFIX)):
         return None
     return (f"a control listed in docs/controls.md ({row['gate']}: {row['kind']}, runs {row['runs']}) skipped where "
             f"it runs: {reason}. A control that does not run checks nothing: provide what it needs, or mark the "

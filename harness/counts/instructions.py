@@ -180,8 +180,11 @@ def child(spec_path: Path) -> int:
         took.append(time.perf_counter() - begun)
         left = (len(counted) - len(order)) * sum(took) / len(took)
         say(f"counted {len(order)}/{len(counted)}: {name} ({took[-1]:.0f} s; about {left / 60:.0f} min left)")
+    import fastpath
+
     Path(spec["out"]).write_text(json.dumps({"order": order, "capability": torch.backends.cpu.get_cpu_capability(),
-                                             "versions": versions(), "seconds": took}))
+                                             "versions": versions(), "seconds": took,
+                                             "fastpath": str(Path(fastpath.__file__).parent)}))
     return 0
 
 
@@ -199,6 +202,23 @@ def dump_total(path: Path) -> int:
     return total
 
 
+def code_root() -> Path:
+    """The folder this process imported `harness` from, links not resolved: the child counts the code beside it.
+    `nightly bisect --count-with this` runs in a folder linking this checkout's harness/ beside a commit's fastpath/;
+    REPO_ROOT resolves the link back to this checkout, and a child started there would count this checkout's
+    fastpath at every commit."""
+    import harness
+
+    return Path(harness.__file__).parent.parent
+
+
+def fastpath_folder() -> Path:
+    """The fastpath package this process imports (links resolved): the one the child must count."""
+    import importlib.util
+
+    return Path(importlib.util.find_spec("fastpath").origin).resolve().parent
+
+
 def count(points: list, variants: list, keep: Path | None = None, quiet: bool = False) -> dict:
     """{"counts": {"<point>/<variant>": instructions}, "key": device key, "machine": ..., ...}: one valgrind child
     per checkpoint size, the children side by side (a count does not move with the load, and each child is one
@@ -211,7 +231,8 @@ def count(points: list, variants: list, keep: Path | None = None, quiet: bool = 
         by_size.setdefault(calls.point_named(name).size, []).append(name)  # an unknown name is refused here
     version = valgrind_version()
     root = Path(tempfile.mkdtemp(prefix="fastpath-callgrind-")) if keep is None else Path(keep)
-    env = {**os.environ, **CHILD_ENV, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT),
+    code = code_root()
+    env = {**os.environ, **CHILD_ENV, "PYTHONPATH": os.pathsep.join(filter(None, [str(code),
                                                                                  os.environ.get("PYTHONPATH")]))}
     started, children = time.perf_counter(), {}
     for size, names in by_size.items():
@@ -226,8 +247,7 @@ def count(points: list, variants: list, keep: Path | None = None, quiet: bool = 
                                     "out": str(folder / "order.json"), "label": size, "quiet": quiet}))
         command = [*VALGRIND, f"--callgrind-out-file={folder / 'callgrind.out'}", sys.executable, "-m",
                    "harness.counts.instructions", "--child", str(spec)]
-        children[size] = (folder, command, subprocess.Popen(command, env=env, cwd=REPO_ROOT,
-                                                            stdout=subprocess.DEVNULL))
+        children[size] = (folder, command, subprocess.Popen(command, env=env, cwd=code, stdout=subprocess.DEVNULL))
     counts, metas = {}, []
     for size, (folder, command, child_process) in children.items():
         if child_process.wait() != 0:
@@ -236,6 +256,9 @@ def count(points: list, variants: list, keep: Path | None = None, quiet: bool = 
             raise InstructionsError(f"the callgrind child for the {size} points exited {child_process.returncode} "
                                     f"(its messages are above); command: {' '.join(command)}")
         meta = json.loads((folder / "order.json").read_text())
+        if Path(meta.get("fastpath", "")).resolve() != fastpath_folder():
+            raise InstructionsError(f"the callgrind child counted the fastpath in {meta.get('fastpath')}, not this "
+                                    f"process's ({fastpath_folder()}): its PYTHONPATH or folder is wrong")
         dumps = sorted(folder.glob("callgrind.out.*"), key=lambda p: int(p.suffix[1:]))
         if len(dumps) != len(meta["order"]):
             raise InstructionsError(f"{len(dumps)} callgrind dumps for {len(meta['order'])} counted calls in {folder}")

@@ -86,8 +86,8 @@ def from_run(run) -> dict:
 
 
 def record_setting(model, name: str) -> dict:
-    """One setting's record (from_run), or {'error': text} when this omnivoice refuses the setting (then the
-    other version must refuse it too)."""
+    """One setting's record (from_run), or {'error': text} when it raised. A raise is no behaviour: compare() does
+    not compare it, and raised() names it (in one version: a difference; in both: the check could not run)."""
     from harness.gate.goldens import point_kwargs
     from harness.parity.parity import record_generation
 
@@ -102,6 +102,16 @@ def record_setting(model, name: str) -> dict:
 
 DTYPES = tuple(DTYPE_NAMES)  # fp32, bf16, fp16 (harness.model.devices)
 DEVICES = ("cpu", "cuda")
+# setting -> {"device" or "device/dtype": why the setting cannot run there}. Empty: no setting is known to fail
+# where the gate runs the grid. A setting listed for the device and dtype a grid ran on that raised in both versions
+# leaves the check not run whole (INCOMPLETE); any other setting that raised in both versions is an ERROR.
+CANNOT_RUN: dict = {}
+
+
+def cannot_run(name: str, device: str, dtype: str) -> str | None:
+    """Why the grid says setting `name` cannot run on `device` in `dtype` (CANNOT_RUN), or None."""
+    table = CANNOT_RUN.get(name, {})
+    return table.get(f"{device}/{dtype}") or table.get(device)
 
 
 def deterministic(device: str) -> None:
@@ -232,9 +242,11 @@ def first_difference(a, b) -> str | None:
 
 
 def compare(against: dict, candidate: dict) -> dict:
-    """{setting: [differences in order]} for every setting that differs (empty dict: identical behaviour). Every
-    field a record holds is compared, whatever its name (the top-level RECORD_META aside): a field added to
-    from_run is compared without a change here (tests_harness/test_behaviour.py changes each field alone)."""
+    """{setting: [differences in order]} for every setting that differs, a setting that raised in one version only
+    included; a setting that raised in both is left out (raised() names it: an empty dict is identical behaviour
+    only where raised() is empty too). Every field a record holds is compared, whatever its name (the top-level
+    RECORD_META aside): a field added to from_run is compared without a change here (tests_harness/test_behaviour.py
+    changes each field alone)."""
     if where(against) != where(candidate):
         raise ValueError(f"behaviour records of different runs: {'/'.join(where(against))} against "
                          f"{'/'.join(where(candidate))}; record both with the same --device and --dtype")
@@ -243,13 +255,29 @@ def compare(against: dict, candidate: dict) -> dict:
         a, c = against["settings"].get(name), candidate["settings"].get(name)
         if a is None or c is None:
             diffs = ["recorded by one version only"]
+        elif "error" in a and "error" in c:
+            continue  # neither version ran it: nothing to compare (raised() names it; the check is not a pass)
         elif "error" in a or "error" in c:
-            diffs = [] if a.get("error") == c.get("error") else [f"refused: {a.get('error', 'ran')} vs "
-                                                                   f"{c.get('error', 'ran')}"]
+            side, text = ("the --against version", a["error"]) if "error" in a else ("the candidate", c["error"])
+            diffs = [f"raised in {side} only: {text}"]
         else:
             diffs = compare_setting(a, c)
         if diffs:
             out[name] = diffs
+    return out
+
+
+def raised(against: dict, candidate: dict) -> dict:
+    """{setting: {"against": error or None, "candidate": error or None, "cannot_run": CANNOT_RUN's reason or None}}
+    for every setting that raised in either version (or that one version did not record: "not recorded"): none of
+    them is compared bit for bit. In one version it is a difference (compare names it); in both, the check could not
+    run it, whether the two errors are equal or not."""
+    device, dtype = where(candidate)
+    out = {}
+    for name in sorted(set(against["settings"]) | set(candidate["settings"])):
+        a, c = (record["settings"].get(name, {"error": "not recorded"}).get("error") for record in (against, candidate))
+        if a is not None or c is not None:
+            out[name] = {"against": a, "candidate": c, "cannot_run": cannot_run(name, device, dtype)}
     return out
 
 

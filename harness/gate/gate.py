@@ -13,10 +13,11 @@ Checks, in order, each with a status: pass, changed-as-expected, changed, fail o
 | check | measures | blocks the bump when |
 |---|---|---|
 | install | the candidate installs the omnivoice package (found by the package, whatever the distribution is called) and `omnivoice.models.omnivoice` imports | never: when it does not, there is no verdict (COULD NOT RUN, exit 2, pip's or the import's message in the row) and every later check skips |
+| api | the public functions (no private part in the path or name) of the --against version's package that the candidate's lacks (package fingerprints) | never: its own line of the verdict, expected for a downgrade, a WARNING naming each function for an upgrade; a test that needs one is "not applicable" to the candidate (harness.run.strict.not_applicable), counted and named in the verdict (`not_applicable`), never blocking |
 | fingerprints | AST fingerprint of every upstream name a patch relies on, vs the `--against` version's source; and of every function of the package, each changed one marked by the behaviour grid's call trace (on the generation path; relied on by patches, directly or transitively); a unified diff per changed one in OUT/fingerprints/ | a relied-on name changed to a fingerprint not recorded as known to work in fastpath/fingerprints.json ("changed": review the diff, and record it only once parity passes); other changed functions are reported, and the behaviour check decides |
-| behaviour | stock generation over harness.gate.behaviour.GRID (every mode and sampler branch; per-step logits, scores, predicted tokens, unmasking order, final tokens, target lengths, waveform), recorded in both versions' environments in this job and compared bit for bit | any difference not accepted by name (`--accept SETTING=REASON`, recorded in the verdict) |
+| behaviour | stock generation over harness.gate.behaviour.GRID (every mode and sampler branch; per-step logits, scores, predicted tokens, unmasking order, final tokens, target lengths, waveform), recorded in both versions' environments in this job and compared bit for bit | any difference not accepted by name (`--accept SETTING=REASON`, recorded in the verdict), a setting that raised in one version only included. A setting that raised in both is not compared, and there is no verdict: ERROR, or INCOMPLETE where behaviour.CANNOT_RUN says it cannot run on this device |
 | goldens | stock output on the tiny checkpoint vs fixtures/goldens/<version>.json, per operating point | never: the record for versions that can no longer be installed |
-| parity | the parity tier (pytest tests_parity) run in the candidate's env, the candidate's fingerprints accepted as under review (FASTPATH_REVIEWED_UPSTREAM; never the blanket override, which would flip tests that assert a refusal), and in the --against env to compare skips | any test fails or errors, or a test that passes on the --against version skips on the candidate (named); skips are compared only with a healthy --against run (exit 0, a test passed), else the check is "error" (ERROR, its log named) |
+| parity | the parity tier (pytest tests_parity) run in the candidate's env, the candidate's fingerprints accepted as under review (FASTPATH_REVIEWED_UPSTREAM; never the blanket override, which would flip tests that assert a refusal), and in the --against env to compare skips | any test fails or errors, or a test that passes on the --against version skips on the candidate (named; a test "not applicable" to the candidate, which lacks the API it checks, is named and never blocks); skips are compared only with a healthy --against run (exit 0, a test passed), else the check is "error" (ERROR, its log named) |
 | work | exact work counters (FLOPs, LLM calls and positions, head rows, ...) of stock and of the lossless stack on the tiny checkpoint, in both environments, same job | the stack's share of stock's work (stack / stock, per counter) grows by more than WORK_SLACK; where stock does none of a work, the stack does more of it than before or than stock (work_lost) |
 | rtf | optional interleaved RTF on tiny (`--rtf-rounds N`) | never (noisy, informational) |
 | quality-set | with `--quality-set PATH` (a Seed-TTS-eval meta.lst or its folder, or a LibriSpeech-PC list: harness.quality.sets): every item generated in both environments (`harness.quality.clone_run`: the real checkpoint with the lossless stack, or `--quality-synth espeak`, the offline stand-in that checks the gate itself), into OUT/quality-set/<side>/<id>.wav, then judged item by item against the item's own prompt (WER in its language, SIM to its prompt's audio, MOS) with the quality gate's paired statistics, candidate against --against | the candidate is not shown non-inferior on every metric (a listening pack in OUT/quality-set/pack/). Given a set, the verdict needs it (Check.required): without a real checkpoint (synth omnivoice) it is INCOMPLETE, a language the WER judge cannot hear "not judged" (INCOMPLETE, the fix named); without a set it is skipped and changes nothing |
@@ -82,6 +83,7 @@ class Check:
     details: list = field(default_factory=list)
     complete: bool = True  # False: the check ran on a part of what it covers (parity with --parity-k)
     required: bool = False  # True: no verdict without it run whole, as the BLOCKING ones (quality on real weights)
+    not_applicable: list = field(default_factory=list)  # [(test, reason)]: rows that cannot apply to the candidate
 
     def __post_init__(self):
         if self.status not in STATUSES:
@@ -137,9 +139,21 @@ def rule_goldens(differences: dict, against_version: str, candidate_version: str
                  [f"{p}: {'; '.join(parts)}" for p, parts in moved.items()])
 
 
-def rule_behaviour(differences: dict, accepted: dict, settings: int, versions: tuple) -> Check:
-    """differences: {setting: [what differs]} (behaviour.compare); accepted: {setting or '*': reason}."""
-    if not differences:
+def rule_behaviour(differences: dict, accepted: dict, settings: int, versions: tuple,
+                   raised: dict | None = None) -> Check:
+    """differences: {setting: [what differs]} (behaviour.compare); accepted: {setting or '*': reason}; raised:
+    {setting: {'against', 'candidate': error or None, 'cannot_run': reason or None}} (behaviour.raised), the settings
+    not compared. One that raised in both versions is no behaviour: unless a difference already blocks, the check is
+    "error" (ERROR), or "skipped" and not complete (INCOMPLETE) where the grid says each such setting cannot run on
+    this device; never a pass, whatever --accept says."""
+    raised = raised or {}
+    both = {n: r for n, r in raised.items() if r["against"] is not None and r["candidate"] is not None}
+    compared = f"{settings - len(raised)} of {settings} settings compared bit for bit"
+    unrun = [f"{n}: raised in both versions, not compared: {r['against']}"
+             + ("" if r["against"] == r["candidate"] else f" (against) vs {r['candidate']} (candidate)")
+             + (f"; the grid says it cannot run here: {r['cannot_run']}" if r["cannot_run"] else "")
+             for n, r in both.items()]
+    if not differences and not raised:
         return Check("behaviour", "pass", False,
                      f"stock generation bit-identical to {versions[1]} at all {settings} settings")
     details = []
@@ -148,20 +162,39 @@ def rule_behaviour(differences: dict, accepted: dict, settings: int, versions: t
         state = f"ACCEPTED ({reason})" if reason else "NOT accepted"
         details.append(f"{name} [{state}]: " + "; ".join(diffs[:3]))
     refused = [n for n in differences if not (accepted.get(n) or accepted.get("*"))]
-    if not refused:
-        return Check("behaviour", "changed-as-expected", False,
-                     f"{len(differences)} of {settings} settings differ, every one accepted by name", details)
-    details.append("to accept a reviewed change: --accept 'SETTING=REASON' (once per setting, or '*=REASON'); "
-                   "the reason is recorded in the verdict")
-    return Check("behaviour", "changed", True,
-                 f"stock generation differs from {versions[1]} at {len(refused)} of {settings} settings: "
-                 f"{', '.join(refused[:6])}{' ...' if len(refused) > 6 else ''}", details)
+    by_error = {}  # the errors of the settings that raised in both versions, each with the settings it ended
+    for n, r in both.items():
+        by_error.setdefault(r["candidate"] if r["against"] == r["candidate"] else
+                            f"{r['against']} (against) vs {r['candidate']} (candidate)", []).append(n)
+    not_run = "; ".join(f"{', '.join(names[:6])}{' ...' if len(names) > 6 else ''} raised {error}"
+                        for error, names in by_error.items())
+    if refused:
+        details.append("to accept a reviewed change: --accept 'SETTING=REASON' (once per setting, or '*=REASON'); "
+                       "the reason is recorded in the verdict")
+        return Check("behaviour", "changed", True,
+                     f"stock generation differs from {versions[1]} at {len(refused)} of {settings} settings: "
+                     f"{', '.join(refused[:6])}{' ...' if len(refused) > 6 else ''}; {compared}"
+                     + (f"; {len(both)} raised in both versions: {not_run}" if both else ""), details + unrun)
+    if both and all(r["cannot_run"] for r in both.values()):
+        return Check("behaviour", "skipped", False,
+                     f"not run whole: {len(both)} of {settings} settings cannot run on this device (the grid says "
+                     f"so): {not_run}; {compared}", details + unrun, complete=False)
+    if both:
+        return Check("behaviour", "error", False,
+                     f"could not run: {len(both)} of {settings} settings raised in both versions: {not_run}; "
+                     f"{compared}", details + unrun)
+    return Check("behaviour", "changed-as-expected", False,
+                 f"{len(differences)} of {settings} settings differ, every one accepted by name; {compared}", details)
 
 
 def tally(result: dict) -> str:
-    """'N passed, N failed, N errors, N skipped' of a pytest run (parse_junit)."""
-    return (f"{result['passed']} passed, {len(result['failed'])} failed, {len(result['errors'])} errors, "
-            f"{len(result['skipped'])} skipped")
+    """'N passed, N failed, N errors, N not applicable, N skipped' of a pytest run (parse_junit), each count after
+    the passes only when there is one: "failed" is said only where a test ran and failed."""
+    parts = [f"{result['passed']} passed"]
+    parts += [f"{len(result.get(key, ()))} {word}" for key, word in (
+        ("failed", "failed"), ("errors", "errors"), ("not_applicable", "not applicable"), ("skipped", "skipped"))
+        if result.get(key)]
+    return ", ".join(parts)
 
 
 def unhealthy(result: dict) -> str | None:
@@ -185,14 +218,19 @@ def rule_parity(result: dict, against: dict | None = None) -> Check:
     counts = tally(result)
     ran_before = set(against.get("passed_tests", ())) if against else set()
     newly = [(test, msg) for test, msg in result["skipped"] if test in ran_before]
+    # a test that cannot apply to the candidate (strict.not_applicable: an API it lacks) is counted and named, never
+    # a block, whether or not it ran on the --against version
+    absent = list(result.get("not_applicable", ()))
     details = [f"{test}: {msg}" for test, msg in bad[:20]]
+    details += [f"not applicable to the candidate{' (ran on ' + against.get('version', 'the --against version') + ')' if against and test in ran_before else ''}: {test}: {msg}"
+                for test, msg in absent]
     details += [f"ran on {against.get('version', 'the --against version')}, SKIPS on the candidate: {test}: {msg}"
                 for test, msg in newly] if against else []
     details += [f"skipped {test}: {msg}" for test, msg in result["skipped"]
                 if "slow" not in msg and test not in ran_before][:10]
     if bad or result["returncode"] != 0 or result["passed"] == 0:
         why = "not bit-exact or broken" if bad else f"pytest exit {result['returncode']}"
-        return Check("parity", "fail", True, f"{why}: {counts}", details)
+        return Check("parity", "fail", True, f"{why}: {counts}", details, not_applicable=absent)
     broken = unhealthy(against) if against else None
     if broken:
         log = against.get("log", "parity-against.log")
@@ -200,12 +238,54 @@ def rule_parity(result: dict, against: dict | None = None) -> Check:
                      f"could not compare skips: the --against run ({against.get('version', 'the --against version')}) "
                      f"is broken: {broken}; read {log}, fix what stops it, and rerun (candidate: {counts})",
                      [f"{test}: {msg}" for test, msg in (against["failed"] + against["errors"])[:10]]
-                     + [f"the --against run's log: {log}"])
+                     + [f"the --against run's log: {log}"], not_applicable=absent)
     if newly:
         return Check("parity", "fail", True, f"{len(newly)} parity test(s) that ran on the --against version skip "
-                                             f"on the candidate: {counts}", details)
+                                             f"on the candidate: {counts}", details, not_applicable=absent)
     compared = f"; skips compared with the --against version's run ({against['passed']} passed)" if against else ""
-    return Check("parity", "pass", False, f"bit-exact: {counts}{compared}", details)
+    return Check("parity", "pass", False, f"bit-exact: {counts}{compared}", details, not_applicable=absent)
+
+
+def public_api(package: dict) -> set:
+    """The public functions of a package (package_fingerprints' keys, 'path.py:qualname'): no part of the module
+    path or the qualified name private (a leading underscore; __init__.py is the package's own), none local."""
+    out = set()
+    for key in package:
+        path, name = key.split(":", 1)
+        parts = [p for p in path.removesuffix(".py").split("/") if p != "__init__"] + name.split(".")
+        if not any(p.startswith(("_", "<")) for p in parts):
+            out.add(key)
+    return out
+
+
+def rule_api(missing: list, versions: tuple, names: tuple = ("omnivoice", "omnivoice")) -> Check:
+    """missing: the public API (public_api) the --against version has and the candidate lacks; versions, names:
+    (candidate, against). A user of the candidate meets the difference whatever the checks find, so it is its own
+    line: for a downgrade (candidate older) expected, for an upgrade (or the same version) a warning naming each
+    name. Never blocks: a test that needs a missing name is not applicable to the candidate (strict.not_applicable)."""
+    from packaging.version import InvalidVersion, Version
+
+    cand, base = f"{names[0]} {versions[0]}", f"{names[1]} {versions[1]}"
+    if not missing:
+        return Check("api", "pass", False, f"{cand} has every public function of {base}")
+    try:
+        downgrade = Version(versions[0]) < Version(versions[1])
+    except InvalidVersion:
+        downgrade = False
+    listed = ", ".join(missing)
+    if downgrade:
+        return Check("api", "changed-as-expected", False,
+                     f"{cand} lacks {len(missing)} public function(s) that {base} has (a downgrade: expected; code "
+                     f"written for {versions[1]} that calls them will not find them): {listed}", list(missing))
+    return Check("api", "changed", False,
+                 f"WARNING: {cand} removes {len(missing)} public function(s) that {base} has: {listed}; code that "
+                 f"calls them breaks on {versions[0]}", list(missing))
+
+
+def check_api(env, against, versions, names) -> Check:
+    mine = public_api(fingerprints.package_fingerprints(env.site / "omnivoice"))
+    theirs = public_api(fingerprints.package_fingerprints(against.site / "omnivoice"))
+    return rule_api(sorted(theirs - mine), versions, names)
 
 
 def work_lost(sa: int, fa: int, sc: int, fc: int) -> str | None:
@@ -309,8 +389,12 @@ def verdict(checks: list) -> dict:
     errors = [n for n in needed if n in ran and ran[n].status == "error"]
     missing = [n for n in needed if n not in ran or ran[n].status == "skipped" or not ran[n].complete]
     state = ("must-not-ship" if blocking else "error" if errors else "incomplete" if missing else "may-ship")
+    api = ran.get("api")
     return {"ship": state == "may-ship", "state": state, "blocked_by": blocking, "not_run": missing,
-            "errors": errors, "reason": None, "checks": [asdict(c) for c in checks]}
+            "errors": errors, "reason": None, "checks": [asdict(c) for c in checks],
+            "not_applicable": [{"check": c.name, "test": t, "reason": r} for c in checks for t, r in c.not_applicable],
+            "api": None if api is None or api.status == "pass" else {"status": api.status, "summary": api.summary,
+                                                                      "missing": list(api.details)}}
 
 
 # --- measurements ------------------------------------------------------------------------------------------
@@ -410,7 +494,8 @@ def check_behaviour(records: dict, versions, accepted: dict) -> Check:
 
     theirs, mine = records["against"], records["candidate"]
     differences = behaviour.compare(theirs, mine)
-    check = rule_behaviour(differences, accepted, len(set(theirs["settings"]) | set(mine["settings"])), versions)
+    check = rule_behaviour(differences, accepted, len(set(theirs["settings"]) | set(mine["settings"])), versions,
+                           behaviour.raised(theirs, mine))
     check.details.append("grid recorded on {} in {} by both versions".format(*behaviour.where(mine)))
     return check
 
@@ -449,7 +534,12 @@ def run_pytest(env, args: list, out: Path, name: str, extra_env=None, timeout=36
 
 
 def parse_junit(path: Path, returncode: int) -> dict:
-    result = {"returncode": returncode, "passed": 0, "passed_tests": [], "failed": [], "errors": [], "skipped": []}
+    """A pytest run's junit report: passes, failures, errors, and skips apart from the tests that cannot apply here
+    by design ("not_applicable": a skip whose reason starts with harness.run.strict.NA_PREFIX, the prefix cut)."""
+    from harness.run import strict
+
+    result = {"returncode": returncode, "passed": 0, "passed_tests": [], "failed": [], "errors": [], "skipped": [],
+              "not_applicable": []}
     if not path.is_file():
         result["errors"].append(("pytest", f"no junit report (pytest exit {returncode})"))
         return result
@@ -462,7 +552,10 @@ def parse_junit(path: Path, returncode: int) -> dict:
             continue
         message = (outcome.get("message") or outcome.text or "").strip().splitlines()
         key = {"failure": "failed", "error": "errors", "skipped": "skipped"}[outcome.tag]
-        result[key].append((test, " ".join(ln.strip() for ln in message[:2])[:300]))  # "X is not bit-exact:" + first diff
+        text = " ".join(ln.strip() for ln in message[:2])  # "X is not bit-exact:" + first diff
+        if key == "skipped" and text.startswith(strict.NA_PREFIX):
+            key, text = "not_applicable", text.removeprefix(strict.NA_PREFIX)
+        result[key].append((test, text[:300]))
     return result
 
 
@@ -710,6 +803,10 @@ def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, r
     else:
         results.append(Check("install", "pass", False, f"{names[0]} {versions[0]} installs the omnivoice package, "
                                                        f"which imports from {env.site}", list(env.notes)))
+        try:  # what a user of the candidate meets whatever the checks find: its own line of the verdict
+            results.append(check_api(env, against, versions, names))
+        except Exception as err:  # noqa: BLE001 - reported, never a finding
+            results.append(Check("api", "error", False, f"could not run: {type(err).__name__}: {err}"))
         records = {}
 
         def behaviour_records():  # recorded once, used by the behaviour check and to mark fingerprint changes
@@ -794,6 +891,20 @@ def headline(report: dict) -> str:
     return "MAY SHIP"
 
 
+def verdict_notes(report: dict) -> list:
+    """The verdict's lines beside its headline: the public API the --against version has and the candidate lacks
+    (its own line: expected for a downgrade, a WARNING for an upgrade), and every test that did not apply to the
+    candidate, by name and reason (counted, never blocking)."""
+    lines = []
+    if report.get("api"):
+        lines.append(f"API: {report['api']['summary']}")
+    absent = report.get("not_applicable") or []
+    if absent:
+        lines.append(f"not applicable: {len(absent)} test(s) cannot apply to the candidate (never blocking):")
+        lines += [f"  {row['check']}: {row['test']}: {row['reason']}" for row in absent]
+    return lines
+
+
 def not_run_reasons(report: dict) -> str:
     """Each check of report['not_run'] with why, for people: left out (--checks), skipped (its summary: the first
     skip's reason), or run on a part (--parity-k)."""
@@ -817,13 +928,15 @@ def render_table(report: dict) -> str:
             lines.append(f"\n{c['name']}:")
             lines += [f"  {d}" for d in c["details"]]
     lines.append(f"\nverdict: {name_of(report['candidate'])} against {name_of(report['against'])}: {headline(report)}")
+    lines += verdict_notes(report)
     return "\n".join(lines)
 
 
 def render_verdict(report: dict) -> str:
     env = report["environment"]
+    notes = [f"- {line.strip()}" for line in verdict_notes(report)]
     out = [f"# Upstream gate: {name_of(report['candidate'])} against {name_of(report['against'])}", "",
-           f"**{headline(report)}**", "",
+           f"**{headline(report)}**", "", *notes, *([""] if notes else []),
            f"Machine: {env['machine']}; torch {env['torch']}, transformers {env['transformers']}; CPU fp32; "
            f"{report['seconds']:.0f} s; command: `{report['command']}`", "",
            "| check | status | blocks | summary |", "|---|---|---|---|"]
@@ -844,12 +957,47 @@ def results_figures(report: dict) -> dict:
         "errors": report["errors"], "reason": report.get("reason"), "accepted": report.get("accepted", {}),
         "checks": [{"name": c["name"], "status": c["status"], "blocking": c["blocks"], "summary": c["summary"]}
                    for c in report["checks"]],
+        "not_applicable": report.get("not_applicable", []), "api": report.get("api"),
         "seconds": report["seconds"],
     }
 
 
+def gathered(figures: dict, previous: dict | None) -> dict:
+    """A "gate" results file holds one verdict per candidate and --against (`verdicts`, oldest first), each with
+    the command, commit and date that measured it: this run's replaces the same pair's, and the verdicts of other
+    candidates stay (the gate on 0.1.5 and on 0.2.0 are two runs, and the range test reads both). `previous`: the
+    file's figures before (None, or a file of one verdict written before this layout: replaced)."""
+    from harness.run import results as result_files
+
+    commit, dirty = result_files.checkout_state()
+    entry = {**figures, "command": result_files.command_line(), "commit": commit, "dirty": dirty,
+             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    pair = (figures["candidate"]["spec"], figures["against"]["spec"])
+    kept = [v for v in (previous or {}).get("verdicts", [])
+            if (v["candidate"]["spec"], v["against"]["spec"]) != pair]
+    return {"verdicts": kept + [entry]}
+
+
+def write_results(args, figures: dict):
+    """--results DIR: this machine's "gate" file with this verdict gathered in (`gathered`)."""
+    from harness.run import results as result_files
+    from harness.run.machine import hardware_key, machine_info
+
+    if getattr(args, "results", None) is None:
+        return None
+    path = Path(args.results) / "gate" / f"{hardware_key(machine_info('cpu'))}.json"
+    previous = result_files.load(path)["figures"] if path.is_file() else None  # a corrupt file: its error, named
+    return result_files.write_if_asked(args, "gate", gathered(figures, previous))
+
+
 def render_results(figures: dict) -> str:
-    """A "gate" results file's figures as markdown: the verdict, then one row per check."""
+    """A "gate" results file's figures as markdown: each verdict (`gathered`), its rows not applied and its API
+    line, then one row per check."""
+    if "verdicts" in figures:
+        return "\n\n".join(f"Measured {v['date'][:10]} at commit `{(v['commit'] or 'unknown')[:12]}`"
+                             f"{' (with uncommitted changes)' if v['dirty'] else ''} with `{v['command']}`:\n\n"
+                             + render_results(v) for v in figures["verdicts"])
+
     def cell(text) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -865,6 +1013,9 @@ def render_results(figures: dict) -> str:
              "| check | status | blocks the bump | summary |", "|---|---|---|---|"]
     lines += [f"| {c['name']} | {c['status']} | {'yes' if c['blocking'] else 'no'} | {cell(c['summary'])} |"
               for c in figures["checks"]]
+    notes = verdict_notes(figures)
+    if notes:
+        lines += [""] + [f"- {cell(line.strip())}" for line in notes]
     if figures.get("accepted"):
         lines += ["", "Behaviour changes accepted by name: "
                   + "; ".join(f"`{k}`: {cell(v)}" for k, v in sorted(figures["accepted"].items())) + "."]
@@ -980,7 +1131,7 @@ def main(argv=None) -> int:
         return 2
     print(render_table(report))
     print(f"\nwritten: {out / 'verdict.md'}, {out / 'verdict.json'} ({report['seconds']:.0f} s)")
-    result_files.write_if_asked(args, "gate", results_figures(report))
+    write_results(args, results_figures(report))
     return {"may-ship": 0, "must-not-ship": 1, "error": 2, "could-not-run": 2, "incomplete": 3}[report["state"]]
 
 

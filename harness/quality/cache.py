@@ -27,6 +27,16 @@ def cache_dir(kind: str) -> Path:
     return path
 
 
+JUDGE_KINDS = ("transcripts", "voice", "mos")  # what the judges write: a transcript, an embedding, MOS per clip
+
+
+def judge_entries(root: str | os.PathLike) -> dict[str, dict[str, bytes]]:
+    """{kind: {file name: bytes}} of the judges' entries in the cache at `root` (a FASTPATH_CACHE): what a run
+    computed and wrote there, e.g. to show that a run with its own empty cache judged by computing."""
+    return {kind: {p.name: p.read_bytes() for p in sorted((Path(root) / kind).glob("*")) if not p.name.startswith(".")}
+            for kind in JUDGE_KINDS}
+
+
 def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     """write(tmp_path) then os.replace(tmp_path, path): readers never see a half-written file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")

@@ -14,14 +14,14 @@ machine the project has measured on. Other pages hold blocks rendered the same w
 GPU targets in docs/gpu.md from results/gpu-check/ and the stored GPU baselines, the GPU tolerance rows in
 docs/parity.md from their code). docs/results.md is never edited by hand; tests_harness/test_results.py
 fails when it differs from what `fastpath-suite maintain results` renders, and a file that is not a results file (or of
-another format version, or of a kind nothing renders) is refused with its path and the fix.
+another format version, or of a kind nothing renders) is refused with its path and the fix. Each kind's renderer is
+handed over by the room that writes it (`hand_over`, from its __init__.py): this room imports no room above it.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import importlib
 import json
 import shlex
 import subprocess
@@ -33,57 +33,67 @@ RESULTS_DIR = ROOT / "results"
 RESULTS_PAGE = ROOT / "docs" / "results.md"
 FORMAT, VERSION = "fastpath-results", 1
 
-# kind -> (section title, the verb that writes it, "module:function" rendering its figures as markdown);
-# the page shows the sections in this order
+# kind -> (section title, the verb that writes it); the page shows the sections in this order. The function that
+# renders a kind's figures as markdown is handed over from above (hand_over).
 KINDS = {
-    "codec": ("The test checkpoint's codec: what it carries", "maintain checkpoint", "harness.model.codec:render_results"),
-    "report": ("CPU: stock, the public package and the lossless stack (the suite's report)", "report",
-               "harness.report:render_results"),
-    "grid": ("CPU speed over the whole grid of speed points", "grid", "harness.speed.bench:render_results"),
-    "bench": ("Other bench runs", "bench", "harness.speed.bench:render_results"),
-    "gpu-check": ("GPU tier", "gpu-check", "harness.gpu_check:render_results"),
-    "stream": ("Streaming: time to first audio and underruns", "stream", "harness.speed.streaming:render_results"),
-    "prefix": ("Approximate prefix cache: speed and drift", "prefix", "harness.speed.prefix:render_results"),
-    "simulate": ("Quality gate: operating characteristics (simulation)", "audit simulate",
-                 "harness.audit.simulate:render_results"),
-    "simulate-sim": ("Speaker-similarity gate: operating characteristics (simulation)", "audit simulate",
-                     "harness.audit.simulate:render_score_results"),
-    "simulate-mos": ("Predicted-MOS gate: operating characteristics (simulation)", "audit simulate",
-                     "harness.audit.simulate:render_score_results"),
-    "known-answer": ("Quality gate: operating characteristics (real espeak-ng speech)", "audit known-answer",
-                     "harness.audit.known_answer:render_results"),
-    "known-answer-sim": ("Speaker-similarity gate: operating characteristics (real espeak-ng speech)", "audit known-answer",
-                         "harness.audit.known_scores:render_results"),
-    "known-answer-mos": ("Predicted-MOS gate: operating characteristics (real espeak-ng speech)", "audit known-answer",
-                         "harness.audit.known_scores:render_results"),
+    "codec": ("The test checkpoint's codec: what it carries", "maintain checkpoint"),
+    "report": ("CPU: stock, the public package and the lossless stack (the suite's report)", "report"),
+    "grid": ("CPU speed over the whole grid of speed points", "grid"),
+    "bench": ("Other bench runs", "bench"),
+    "gpu-check": ("GPU tier", "gpu-check"),
+    "stream": ("Streaming: time to first audio and underruns", "stream"),
+    "prefix": ("Approximate prefix cache: speed and drift", "prefix"),
+    "simulate": ("Quality gate: operating characteristics (simulation)", "audit simulate"),
+    "simulate-sim": ("Speaker-similarity gate: operating characteristics (simulation)", "audit simulate"),
+    "simulate-mos": ("Predicted-MOS gate: operating characteristics (simulation)", "audit simulate"),
+    "known-answer": ("Quality gate: operating characteristics (real espeak-ng speech)", "audit known-answer"),
+    "known-answer-sim": ("Speaker-similarity gate: operating characteristics (real espeak-ng speech)", "audit known-answer"),
+    "known-answer-mos": ("Predicted-MOS gate: operating characteristics (real espeak-ng speech)", "audit known-answer"),
     "known-answer-clone": ("Version gate on an evaluation set (Seed-TTS-eval's layout, espeak-ng speech)",
-                           "audit known-answer --metric clone-set", "harness.audit.known_clone:render_results"),
-    "stream-voice": ("A stream keeps its voice: the seam check on espeak-ng streams", "audit known-answer",
-                     "harness.audit.known_scores:render_stream_results"),
-    "history-rates": ("Nightly history rule: operating characteristics on recorded nights", "nightly rates",
-                      "harness.nightly.history_rates:render_results"),
+                           "audit known-answer --metric clone-set"),
+    "stream-voice": ("A stream keeps its voice: the seam check on espeak-ng streams", "audit known-answer"),
+    "history-rates": ("Nightly history rule: operating characteristics on recorded nights", "nightly rates"),
     "history-rates-instructions": ("Nightly history rule on instruction counts: operating characteristics on "
-                                   "recorded runs", "nightly rates", "harness.nightly.history_rates:render_count_results"),
-    "instructions": ("Instructions per call under callgrind, and how long counting them takes", "counts instructions",
-                     "harness.counts.instructions:render_results"),
+                                   "recorded runs", "nightly rates"),
+    "instructions": ("Instructions per call under callgrind, and how long counting them takes", "counts instructions"),
     "instructions-margins": ("Instruction counts stored for the per-change check, and their margins",
-                             "counts instructions --record", "harness.counts.instructions:render_margins"),
-    "stability": ("Unstable timings: the rule's rates", "audit stability", "harness.audit.under_load:render"),
-    "false-alarms": ("False alarms of the default suite on fresh clones", "audit false-alarms",
-                     "harness.audit.false_alarms:render_results"),
-    "gate": ("Version-bump gate findings", "gate", "harness.gate.gate:render_results"),
-    "shards": ("The default run serial and sharded over xdist workers", "audit shards", "harness.audit.sharding:render_results"),
-    "mutants": ("Mutation score of the patches: what the tests catch", "audit mutants", "harness.audit.mutants:render_results"),
-    "serving": ("Serving: omnivoice-server with fastpath against stock", "serve-check",
-                "harness.serving.serving:render_results"),
-    "name": ("The distribution's name on the package index", "maintain name-check", "harness.release:render_results"),
+                             "counts instructions --record"),
+    "stability": ("Unstable timings: the rule's rates", "audit stability"),
+    "false-alarms": ("False alarms of the default suite on fresh clones", "audit false-alarms"),
+    "gate": ("Version-bump gate findings", "gate"),
+    "shards": ("The default run serial and sharded over xdist workers", "audit shards"),
+    "mutants": ("Mutation score of the patches: what the tests catch", "audit mutants"),
+    "serving": ("Serving: omnivoice-server with fastpath against stock", "serve-check"),
+    "name": ("The distribution's name on the package index", "maintain name-check"),
 }
 
 COMMAND: list | None = None  # the argv the dispatcher ran (set by harness.__main__), for the "command" field
-# Blocks inside other docs pages, rendered the same way: name -> (page in docs/, "module:function" taking the results
-# folder)
-BLOCKS = {"gpu-targets": ("gpu.md", "harness.speed.targets:render_page"),
-          "gpu-tolerances": ("parity.md", "harness.parity.gpu_rows:render_rows")}
+# Blocks inside other docs pages, rendered the same way: name -> page in docs/ (its renderer, taking the results
+# folder, handed over from above like a kind's)
+BLOCKS = {"gpu-targets": "gpu.md", "gpu-tolerances": "parity.md"}
+# What the rooms above hand over: each a {kind or block name: renderer} or a function returning one (so a room's
+# modules are imported only when a page is rendered). This room imports none of them (pyproject.toml's layers
+# contract, kept at run time too: tests_harness/test_layout.py); each room's __init__.py and each top-level job hands
+# its own when imported, and `fastpath-suite maintain results` imports them all first (harness.__main__).
+HANDED: list = []
+
+
+def hand_over(renderers) -> None:
+    """Called from a room above, as it is imported: `renderers` is {kind or block name: function} or a function
+    returning one."""
+    if renderers not in HANDED:
+        HANDED.append(renderers)
+
+
+def renderer(name: str):
+    """The function handed over for a kind (figures -> markdown) or a block (results folder -> markdown)."""
+    for renderers in HANDED:
+        table = renderers() if callable(renderers) else renderers
+        if name in table:
+            return table[name]
+    raise ResultsError(f"no renderer handed over for {name!r}: the room that writes it hands it over when imported "
+                       "(its __init__.py, or the top-level job's module); `fastpath-suite maintain results` imports "
+                       "every room first")
 
 
 def block_marks(name: str) -> tuple:
@@ -93,13 +103,12 @@ def block_marks(name: str) -> tuple:
 
 def render_block(name: str, page_text: str, results_dir: Path = RESULTS_DIR) -> str:
     """`page_text` with the block `name` between its marks rendered anew; ResultsError when the marks are missing."""
-    page, target = BLOCKS[name]
+    page = BLOCKS[name]
     begin, end = block_marks(name)
     if page_text.count(begin) != 1 or page_text.count(end) != 1 or page_text.index(begin) > page_text.index(end):
         raise ResultsError(f"docs/{page}: the block {name!r} needs its two marks, once each and in order:\n{begin}\n"
                            f"{end}")
-    module, function = target.split(":")
-    body = getattr(importlib.import_module(module), function)(results_dir)
+    body = renderer(name)(results_dir)
     head, rest = page_text.split(begin)
     return f"{head}{begin}\n{body.rstrip()}\n{end}{rest.split(end, 1)[1]}"
 
@@ -189,11 +198,6 @@ def load(path: Path) -> dict:
     return data
 
 
-def renderer(kind: str):
-    module, function = KINDS[kind][2].split(":")
-    return getattr(importlib.import_module(module), function)
-
-
 def render(results_dir: Path = RESULTS_DIR) -> str:
     """docs/results.md from every results file under results_dir."""
     files = sorted(Path(results_dir).glob("*/*.json"))
@@ -208,7 +212,7 @@ def render(results_dir: Path = RESULTS_DIR) -> str:
            "Rendered by `fastpath-suite maintain results` from the files in `results/`; do not edit by hand. Each table says",
            "the machine, the commit, the date and the exact command that measured it. Add or refresh a table by",
            "running that command with `--results results/` and then `fastpath-suite maintain results`.", ""]
-    for kind, (title, verb, _) in KINDS.items():
+    for kind, (title, verb) in KINDS.items():
         out += [f"## {title}", ""]
         entries = by_kind.get(kind, [])
         if not entries:
@@ -234,7 +238,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         pages = {args.page: render(args.dir)}
-        for name, (page, _) in BLOCKS.items():
+        for name, page in BLOCKS.items():
             page = args.docs / page
             if page.exists():  # a folder of pages without it (a test's) renders the others
                 pages[page] = render_block(name, pages.get(page, page.read_text()), args.dir)

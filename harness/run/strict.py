@@ -14,9 +14,17 @@ apart:
   measured beside competing work. Said in the exit status (3) of a command and the summary of a run; a streak of
   such nights is itself judged (harness.nightly.changes).
 
-pytest: ``missing(config, what, fix)`` and ``not_judged(what, fix)`` end the test as the mode says; the session's
-summary lists every test that was not judged (conftest.py). Commands: ``add_argument(parser)`` and
-``outcome(strict, what, fix)``.
+A third case is no input at all: **not applicable**. The check cannot apply here by design: the installed omnivoice
+lacks the API it exercises (``VoiceClonePrompt.save/load`` before 0.2.1), or a patch refuses this machine as it is
+built to (``batch_invariant`` where the CPU GEMM's rows depend on the row count). Nothing is missing and nothing
+failed: in either mode it is a skip whose reason starts with "not applicable", counted and named in the summary
+(conftest.py) and in the gate's verdict (harness.gate.gate), never a failure (harness.audit.controls lets a listed
+control be not applicable) and never blocking.
+
+pytest: ``missing(config, what, fix)`` and ``not_judged(what, fix)`` end the test as the mode says,
+``not_applicable(what, why)`` (and its checked form ``refused_by_design``) in either mode; the
+session's summary lists every test that was not judged and every one that was not applicable (conftest.py).
+Commands: ``add_argument(parser)`` and ``outcome(strict, what, fix)``.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import os
 NOT_JUDGED = 3  # exit status of a command that could not judge (the suite's commands; pytest keeps its own codes)
 ENV = "FASTPATH_STRICT"  # "0": not strict (as --no-strict-inputs); "1" or unset: strict
 PREFIX = "not judged: "  # how a pytest skip that is "not judged" begins (the summary counts these)
+NA_PREFIX = "not applicable: "  # how a pytest skip that is "not applicable" begins (counted too, never a failure)
 OPTION = "--no-strict-inputs"
 
 
@@ -90,3 +99,30 @@ def not_judged(what: str, fix: str):
     import pytest
 
     pytest.skip(PREFIX + message(what, fix))
+
+
+def not_applicable(what: str, why: str):
+    """The check cannot apply here by design (the version lacks the feature, or a patch refuses this machine): skip
+    as not applicable, in either mode; the summary and the gate count and name it, and a listed control's rule does
+    not turn it into a failure. The one way a test says so: call it only where the reason is checked (a point
+    the version cannot resolve: harness.parity.parity.PointUnsupported; `refused_by_design`). Never returns."""
+    import pytest
+
+    pytest.skip(NA_PREFIX + message(what, why))
+
+
+def refused_by_design(model, patch: str, what: str) -> None:
+    """When `patch` refuses this machine by design (fastpath.loop.UnsupportedHereError: e.g. batch_invariant where
+    the CPU GEMM gives a row other bits for another row count), check that the refusal left the model as it was and
+    end the test as not applicable, naming the refusal; where the patch applies, revert it and return."""
+    import fastpath
+    from fastpath import loop
+
+    before = set(model.__dict__)
+    try:
+        fastpath.apply(model, [patch])
+    except loop.UnsupportedHereError as err:
+        left = fastpath.applied(model) or sorted(set(model.__dict__) ^ before)
+        assert not left, f"{patch} refused this machine but left the model changed: {left}"
+        not_applicable(what, f"{patch} refuses this machine by design: {str(err).split('. ')[0]}")
+    fastpath.revert(model, [patch])

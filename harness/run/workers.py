@@ -9,7 +9,10 @@ Engines (docs/sharding.md):
     `gpus` asks one per task, and Ray sets the task's CUDA_VISIBLE_DEVICES). `ray.init()` joins the cluster that
     RAY_ADDRESS names (`ray start --head` on one machine, `ray start --address HEAD:6379` on the others), else
     starts one on this machine. The command's paths (repository, set, output folders) must be the same on every
-    node: a shared filesystem, as on any cluster that runs evaluation sets.
+    node: a shared filesystem, as on any cluster that runs evaluation sets. A task is sent the settings the harness
+    reads from this process's environment (`forwarded_env`: FASTPATH_*, the ISA limits, threads, the HF cache) in
+    Ray's runtime_env, writes its job's log as it runs, and all tasks share one deadline: at it, what is left is
+    cancelled.
 """
 
 from __future__ import annotations
@@ -96,8 +99,34 @@ def run_local(jobs, gpus=None, timeout: float | None = None, log=print) -> list[
     return [finished[k] for k in range(len(jobs))]
 
 
+# What a Ray task is sent of this process's environment (Ray starts a task's worker with its node's environment, not
+# the driver's): every FASTPATH_* setting (the cache, strict mode, the judges' paths, the checkpoint), the CPU ISA
+# limits (machine.ISA_LIMITS), the thread counts and the Hugging Face cache. PYTHONPATH is not sent: it would sit in
+# front of the Ray worker's own imports. A job's own env (the gate's PYTHONPATH among it) goes to its process alone.
+FORWARDED_PREFIXES = ("FASTPATH_",)
+FORWARDED_NAMES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE")
+CANCEL_GRACE_S = 10.0  # a cancelled task's time to end its job's process before Ray kills its worker
+
+
+def forwarded_env() -> dict:
+    """What a Ray task's worker gets in its environment (runtime_env env_vars): this process's settings that the
+    harness reads (FORWARDED_*)."""
+    from harness.run.machine import ISA_LIMITS
+
+    names = set(FORWARDED_NAMES) | set(ISA_LIMITS)
+    return {k: v for k, v in os.environ.items() if k in names or k.startswith(FORWARDED_PREFIXES)}
+
+
+def _note(job: Job, line: str) -> None:
+    with open(job.log, "a") as f:
+        f.write(f"# {line}\n")
+
+
 def run_ray(jobs, gpus=None, timeout: float | None = None, log=print) -> list[Done]:
-    """Every job as a Ray task (module docstring); the task's output is written to the job's log here."""
+    """Every job as a Ray task (module docstring). The task writes the job's output into the job's log as it runs (a
+    shared filesystem), after a line naming its node. One deadline (`timeout`) holds for all jobs together: at it,
+    every task not finished is cancelled (its job's process ended) and named with the limit; a task that Ray lost (a
+    node died, a worker killed) is named with Ray's error."""
     try:
         import ray
     except ImportError as err:
@@ -111,31 +140,84 @@ def run_ray(jobs, gpus=None, timeout: float | None = None, log=print) -> list[Do
         f"{ray.cluster_resources().get('GPU', 0):.0f} GPU(s)")
 
     @ray.remote(num_cpus=1, num_gpus=1 if gpus else 0, max_retries=0)
-    def task(argv, env, cwd):
+    def task(argv, env, cwd, log_path):
+        # Defined here, imports inside: Ray pickles it by value, so a node needs no import of this module.
         import os as _os
         import subprocess as _sp
+        import sys as _sys
+        import time as _time
 
-        done = _sp.run(list(argv), cwd=cwd, env=dict(_os.environ, **env), capture_output=True, text=True)
-        return done.returncode, done.stdout[-200_000:], done.stderr[-200_000:]
+        import ray as _ray
 
-    refs = [task.remote(tuple(map(str, j.argv)), dict(j.env), str(REPO_ROOT)) for j in jobs]
-    out = []
-    try:
-        for job, ref in zip(jobs, refs):
-            job.log.parent.mkdir(parents=True, exist_ok=True)
+        def die_with_the_worker():  # Linux: the job's process is killed when this worker is (a forced cancel)
+            import ctypes
+            import signal
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+        with open(log_path, "a") as f:
+            f.write(f"# ray: node {_ray.get_runtime_context().get_node_id()}, worker pid {_os.getpid()}\n")
+            f.flush()
+            proc = _sp.Popen(list(argv), cwd=cwd, env=dict(_os.environ, **env), stdout=f, stderr=_sp.STDOUT,
+                             preexec_fn=die_with_the_worker if _sys.platform.startswith("linux") else None)
             try:
-                code, stdout, stderr = ray.get(ref, timeout=timeout)
-            except Exception as err:  # a node lost, a task killed, the limit: the engine's reason, named
-                job.log.write_text(f"$ {' '.join(map(str, job.argv))}\n# ray: {type(err).__name__}: {err}\n")
-                out.append(Done(job, None, f"ray: {type(err).__name__}"))
-                continue
-            job.log.write_text(f"$ {' '.join(map(str, job.argv))}\n{stdout}{stderr}")
-            out.append(Done(job, code))
-            log(f"[workers] {job.name}: exit {code}; {len(out)} of {len(jobs)} done")
+                while proc.poll() is None:  # a short sleep, not wait(): ray.cancel's KeyboardInterrupt lands here
+                    _time.sleep(0.2)
+                return proc.returncode
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+
+    start, settings = time.monotonic(), {"env_vars": forwarded_env()}
+    refs = []
+    for job in jobs:
+        job.log.parent.mkdir(parents=True, exist_ok=True)
+        job.log.write_text(f"$ {' '.join(map(str, job.argv))}\n")
+        refs.append(task.options(runtime_env=settings).remote(tuple(map(str, job.argv)),
+                                                              {k: str(v) for k, v in job.env.items()},
+                                                              str(REPO_ROOT), str(job.log.resolve())))
+    which = {ref: k for k, ref in enumerate(refs)}
+    finished: dict[int, Done] = {}
+    pending = list(refs)
+    try:
+        while pending:
+            took = time.monotonic() - start
+            wait = 60.0 if timeout is None else min(60.0, max(0.0, timeout - took))
+            ready, pending = ray.wait(pending, num_returns=1, timeout=wait)
+            for ref in ready:
+                k = which[ref]
+                try:
+                    finished[k] = Done(jobs[k], ray.get(ref))
+                except Exception as err:  # a node lost, a worker killed: the engine's reason, named
+                    reason = f"ray: {type(err).__name__}: {str(err).strip().splitlines()[0][:300] if str(err) else ''}"
+                    _note(jobs[k], reason)
+                    finished[k] = Done(jobs[k], None, reason)
+                took = time.monotonic() - start
+                log(f"[workers] {jobs[k].name}: " + (f"exit {finished[k].exit}" if finished[k].exit is not None
+                                                      else finished[k].error)
+                    + f" after {took:.0f} s; {len(finished)} of {len(jobs)} done")
+            if not ready and timeout is not None and time.monotonic() - start >= timeout:
+                break
+            if not ready:
+                log(f"[workers] {len(finished)} of {len(jobs)} done after {took:.0f} s")
+        if pending:  # the deadline: cancel what is left, all at once
+            for ref in pending:
+                ray.cancel(ref)  # KeyboardInterrupt in the task: its `finally` ends the job's process
+            _, stuck = ray.wait(pending, num_returns=len(pending), timeout=CANCEL_GRACE_S)
+            for ref in stuck:
+                ray.cancel(ref, force=True)  # its worker killed; the job's process dies with it (PDEATHSIG)
+            for ref in pending:
+                k = which[ref]
+                reason = f"stopped after the {timeout:.0f} s limit, its Ray task cancelled"
+                _note(jobs[k], f"ray: {reason}")
+                finished[k] = Done(jobs[k], None, reason)
+            log(f"[workers] the {timeout:.0f} s limit: {len(pending)} task(s) cancelled: "
+                + ", ".join(jobs[which[r]].name for r in pending))
     finally:
         if started_here:
             ray.shutdown()
-    return out
+    return [finished[k] for k in range(len(jobs))]
 
 
 def run_jobs(jobs, engine: str = "local", gpus=None, timeout: float | None = None, log=print) -> list[Done]:

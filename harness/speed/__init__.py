@@ -9,3 +9,17 @@ prefix`. Docs: docs/speed.md.
 
 Nothing here imports torch or the model at import time.
 """
+
+from harness.run.results import hand_over
+
+
+def renderers() -> dict:
+    """This room's results kinds and docs blocks, each with its renderer (harness.run.results renders the pages with
+    them); its modules are imported here, when a page is rendered, not when the room is."""
+    from harness.speed import bench, prefix, streaming, targets
+
+    return {"grid": bench.render_results, "bench": bench.render_results, "stream": streaming.render_results,
+            "prefix": prefix.render_results, "gpu-targets": targets.render_page}
+
+
+hand_over(renderers)
