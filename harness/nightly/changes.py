@@ -1,8 +1,8 @@
 """The history rule: which points got slower, when it began, and how sure the rule is, from many nights at once.
 
-Per (device key, point) the rule follows x = log(median of the night's samples), night by night, as it would have
-run on each night (online: night t uses nights <= t only, so re-running it over an old history gives the alarms
-that history would have raised):
+Per (history, point) (a history: one machine and one signal) the rule follows x = log(median of the night's
+samples), night by night, as it would have run on each night (online: night t uses nights <= t only, so re-running
+it over an old history gives the alarms that history would have raised):
 
 * **Level and noise** over the *reference*: the in-control nights of the segment since the last accepted change,
   the latest ``WINDOW`` of them. Level mu = their median; noise sigma = their standard deviation (``SCALE`` "sd":
@@ -33,6 +33,9 @@ that history would have raised):
   the level) is noted and fails nothing; its nights stay in the reference, so the level follows it as the window
   fills (taking it as the new level at once made every false speedup a new, short reference: measured, a cascade
   of false alarms).
+* **A change of versions** (torch, omnivoice, any recorded package: the history's nights record theirs) is judged
+  as any night: a step on the night the versions changed alarms as it would on any night, no more and no less, and
+  the event names the versions that changed that night as its likely cause (``name_causes``).
 * **After an accepted change** the nights are judged at once against the accepted level: the median of the new
   segment's nights, with the noise (and its degrees of freedom) carried from the reference before the change until
   the segment has ``MIN_NIGHTS`` nights of its own. While the noise is carried only the one-night step judges (its
@@ -117,6 +120,7 @@ class Event:
     status: str = "open"  # "open", "accepted", "recovered" (slower) or "noted" (faster)
     closed: int | None = None  # the night it was accepted or recovered
     detail: list = field(default_factory=list)  # exact counts: what changed, by name ("aten.mm.default: 96 -> 100")
+    versions: list = field(default_factory=list)  # the versions that changed on the night it began: its likely cause
 
 
 @dataclass
@@ -557,6 +561,17 @@ def is_statistical(history) -> bool:
                if p not in skip)
 
 
+def name_causes(trace: Trace, nights: list) -> None:
+    """Each change that began on a night whose versions differ from the night before it (the point's previous
+    night) names them (``Event.versions``: "torch 2.14.1 -> 2.15.0") as its likely cause. The change was judged as
+    any: a change of versions is neither a free pass nor a penalty."""
+    from harness.nightly.history import changed_versions
+
+    for event in trace.events:
+        if event.began > 0:
+            event.versions = changed_versions(nights[event.began - 1].versions, nights[event.began].versions)
+
+
 def check_history(history, alpha: float = ALPHA, histories: int = len(STATISTICAL_HISTORIES)) -> list:
     """PointReport for every point of a history (but the `unjudged` ones): each with its metric's rule, the
     history's share of the suite's budget (alpha / ``histories``) split over its points judged statistically.
@@ -583,6 +598,7 @@ def check_history(history, alpha: float = ALPHA, histories: int = len(STATISTICA
             within = [within_night_sigma(n.points[name]["samples"]) for n in nights]
             rule = rule_for(metric, max(len(statistical), 1), alpha, histories)
             trace = scan(x, within, rule, accepted, frozenset(not_judged))
+        name_causes(trace, nights)
         reports.append(PointReport(point=name, metric=metric, nights=nights, x=x, trace=trace,
                                    tonight=nights[-1].id == latest, not_judged=not_judged, rule=rule,
                                    not_judged_limit=history.not_judged_limit))
