@@ -229,15 +229,18 @@ def test_the_plan_files_comments_and_closes_by_key():
 # --- the nightly workflow's step ------------------------------------------------------------------------------
 
 
-def workflow_steps() -> dict:
+def workflow_steps() -> tuple:
+    """(the nightly workflow, its speed job's steps, the step that runs the alert)."""
     spec = yaml.safe_load((REPO_ROOT / ".github" / "workflows" / "nightly.yml").read_text())
-    return spec, spec["jobs"]["speed"]["steps"]
+    steps = spec["jobs"]["speed"]["steps"]
+    step = next((s for s in steps if "fastpath-suite nightly alert" in s.get("run", "")), None)
+    assert step is not None, "nightly.yml's speed job has no step that runs `fastpath-suite nightly alert`"
+    return spec, steps, step
 
 
 def test_the_nightly_alerts_after_the_check_and_the_upload_with_a_token_that_may_write_issues():
-    spec, steps = workflow_steps()
+    spec, steps, step = workflow_steps()
     names = [s.get("name") for s in steps]
-    step = next(s for s in steps if "nightly alert" in s.get("run", ""))
     assert names.index("Changes over the histories") < names.index("Upload results, the histories and their page") \
         < steps.index(step), names
     assert spec["permissions"]["issues"] == "write"
@@ -250,8 +253,7 @@ def test_the_workflows_alert_step_files_an_issue_on_a_flagged_night(nightly):
     """The step's own script, in bash as the runner runs it, with `.venv/bin/fastpath-suite` running this checkout's
     harness and the stand-in gh: one issue, with the page the upload step linked."""
     flag(nightly)
-    _, steps = workflow_steps()
-    step = next(s for s in steps if "nightly alert" in s.get("run", ""))
+    _, _, step = workflow_steps()
     bin_ = nightly.tmp / ".venv" / "bin"
     bin_.mkdir(parents=True)
     (bin_ / "fastpath-suite").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m harness "$@"\n')
