@@ -84,6 +84,11 @@ GROUPS = {
         "bisect": Verb(HISTORY, "from a flagged night to its commit: count a point over a commit range",
                        "fastpath-suite nightly bisect HEAD~1 HEAD --point auto-short-2 --signal structure",
                        ("bisect",)),
+        "alert": Verb("harness.nightly.alert:main", "a flagged night reaches a person: an issue per open change, "
+                      "commented on while open, closed when fixed or accepted",
+                      "fastpath-suite nightly check fixtures/nights/synthetic-slowdown.json --out out/history; "
+                      "test -f out/history/alarms.json && fastpath-suite nightly alert out/history/alarms.json "
+                      "fixtures/nights/synthetic-slowdown.json --dry-run"),
         "record": Verb("scripts/record_nights.sh", "repeated runs of nightly points: the noise `nightly rates` uses",
                        "fastpath-suite nightly record 1 out/nights.json --signal instructions --points auto-short-2"),
         "fetch": Verb("scripts/nightly_history.sh", "the histories from their branch (nightly-history) into history/",
