@@ -140,6 +140,11 @@ GROUPS = {
                            "is the distribution's name free on the package index? (pip's own client)",
                            "fastpath-suite maintain name-check"),
     }),
+    "release": ("releases", "from the gate's verdict to a release", {
+        "accept": Verb("harness.release:accept_main",
+                       "from the gate's MAY SHIP on omnivoice==X to the change that releases on it",
+                       "fastpath-suite release accept omnivoice==0.2.2"),
+    }),
 }
 JOB_GROUPS = ("counts", "nightly")  # listed with the jobs
 

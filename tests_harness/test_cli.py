@@ -345,6 +345,8 @@ EXAMPLE_EXITS = {
     "audit mutants": ((0, 1), r"SURVIVED: fastpath\."),
     # a machine where CUDA is not usable: exit 4 at the first stage, naming what is missing (driver, wheel, device)
     "gpu-check": ((0, 4), r"CUDA is not usable here: (the driver|the wheel|a device)"),
+    # a checkout where the gate has not passed omnivoice 0.2.2: refused as not judged, naming the gate command to run
+    "release accept": ((1,), r"REFUSED: not judged: no gate verdict .* Fix: run `fastpath-suite gate omnivoice==0\.2\.2"),
 }
 
 
