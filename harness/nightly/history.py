@@ -7,7 +7,7 @@ A history is what a nightly workflow keeps between runs (as an artifact, or comm
       "device_key": "cpu-amd-epyc-avx2-2c-2t__torch-2.14.1-cu130__omnivoice-0.2.1",
       "nights": [
         {"id": "3f2c9a01b7de", "date": "2026-12-01T03:17:02Z", "commit": "9b1e...", "command": "...",
-         "machine": {...machine_info...}, "sources": ["out/speed.json"],
+         "machine": {...machine_info...}, "sources": ["out/wall.json"],
          "points": {"auto-short-10": {"metric": "rtf", "samples": [0.41, 0.40, ...], "extra": {...}}}}
       ],
       "accepted": [{"point": "auto-short-10", "night": "3f2c9a01b7de", "date": "...", "reason": "..."}],
@@ -191,7 +191,7 @@ def load_history(path: str | os.PathLike) -> History:
            "history with `fastpath-suite nightly append`.")
     if not path.exists():
         raise HistoryError(f"no history at {path}. Start one with: fastpath-suite nightly append {path} "
-                           "out/speed.json")
+                           "out/wall.json")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -410,7 +410,7 @@ def rates(argv) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     metrics = {history.nights[0].points[p]["metric"] for p in rec.points}
-    progress = Progress("history rates", args.quiet)
+    progress = Progress("nightly rates", args.quiet)
     progress.say(f"{rec.runs} recorded runs of {len(rec.points)} points ({', '.join(sorted(metrics))}), "
                  f"{args.histories} simulated histories a row")
     if metrics == {"instructions"}:
@@ -469,7 +469,7 @@ def main(argv=None) -> int:
     verbs = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     add = verbs.add_parser("append", help="append one night's run file(s) to a history (created when missing)",
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add.add_argument("history", type=Path, help="the history file of one device, e.g. history/speed-cpu.json")
+    add.add_argument("history", type=Path, help="the history file of one device, e.g. history/history-cpu-wall.json")
     add.add_argument("runs", nargs="+", type=Path, help="pytest-benchmark --benchmark-json file(s) or baselines")
     add.add_argument("--label", action="append", default=[],
                      help="a word kept with the night (e.g. busy-core); judge-busy: judge its wall time whatever its "
