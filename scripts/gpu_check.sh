@@ -18,9 +18,9 @@
 #   full (default "3 4 4b 4c 4d 5"): 3 pytest -m "cuda and not slow" over tests_patches, tests_parity, tests_speed;
 #     4 bench and this device's speed baseline <device key>.json; 4b batching; 4c packed CFG; 4d memory over 1,000
 #     calls; 5 streaming. Split over two calls: STAGES="3 4 4b", then STAGES="4c 4d 5"
-# Each stage runs under its own limit in seconds (NAME_LIMIT below; docs/gpu.md renders the defaults beside the
-# seconds a run measured). DEADLINE is the seconds the whole call may take: each stage's limit is cut so that the
-# call ends, its records written, within it. --quick's default suits a machine that stops a command after 10
+# Each stage runs under its own limit in seconds (NAME_LIMIT, e.g. BENCH_LIMIT=200; docs/gpu.md renders each
+# default beside the seconds a run measured). DEADLINE is the seconds the whole call may take: each stage's limit is
+# cut so that the call ends, its records written, within it. --quick's default suits a machine that stops a command after 10
 # minutes; set DEADLINE to your machine's limit less 30 s. A pytest stage lists the ids it selects first and is
 # stopped by SIGINT at its limit, so it still writes its junit report; the ids it did not reach are named in the log
 # and in the results file. After every stage the results file (harness/gpu_check.py, kind gpu-check) is written

@@ -1,6 +1,6 @@
-"""What each job costs: `fastpath-suite audit job-time` records the wall time of a job that keeps none of its own,
-and docs/ci.md's table renders every timed job from its results files and names the command for each job no file
-has timed."""
+"""What each job costs: `fastpath-suite audit costs JOB` records the wall time of a job that keeps none of its own,
+and docs/ci.md's table (`audit costs` alone prints it) renders every timed job from its results files and names the
+command for each job no file has timed."""
 
 from __future__ import annotations
 
@@ -42,10 +42,10 @@ def test_job_time_refuses_a_folder_that_is_not_there(tmp_path, capsys):
 def test_the_cost_table_says_what_no_file_has_measured_and_the_command_that_would(tmp_path):
     page = costs.render_page(tmp_path)
     for command in ("fastpath-suite audit false-alarms 1 --results results/",
-                    "fastpath-suite audit job-time ci --cwd CLEAN_CLONE --results results/",
+                    "fastpath-suite audit costs ci --cwd CLEAN_CLONE --results results/",
                     "fastpath-suite gate omnivoice==0.2.1 --results results/",
-                    "fastpath-suite audit job-time nightly-speed --results results/",
-                    "fastpath-suite audit job-time nightly-slow --results results/"):
+                    "fastpath-suite audit costs nightly-speed --results results/",
+                    "fastpath-suite audit costs nightly-slow --results results/"):
         assert f"not measured: `{command}` records it" in page, page
     assert not re.search(r"\d+\.\d min", page), page
 
@@ -62,15 +62,23 @@ def test_the_cost_table_shows_each_timed_job_on_its_machine(stand_in, tmp_path):
     for verdict in gate["figures"]["verdicts"]:
         assert f"`fastpath-suite gate {verdict['candidate']['spec']}` ({verdict['state']})" in page
         assert f"| {verdict['seconds'] / 60:.1f} min |" in page
-    assert "not measured: `fastpath-suite audit job-time ci" not in page
-    assert "not measured: `fastpath-suite audit job-time nightly-slow --results results/` records it" in page
+    assert "not measured: `fastpath-suite audit costs ci" not in page
+    assert "not measured: `fastpath-suite audit costs nightly-slow --results results/` records it" in page
 
 
 def test_the_nightly_jobs_run_what_the_nightly_workflow_runs():
-    """The commands `audit job-time` times are the workflow's own (the CPU runner's marker), and CI's is .ci/run."""
+    """The commands `audit costs` times are the workflow's own (the CPU runner's marker), and CI's is .ci/run."""
     workflow = (ROOT / ".github" / "workflows" / "nightly.yml").read_text()
     cpu = workflow.replace('"${{ matrix.marker }}"', '"slow and not cuda"')
     for job in ("nightly-speed", "nightly-slow"):
         for part in costs.JOBS[job][1].split(" && "):
             assert part == "mkdir -p out" or part in cpu, f"{job}: `{part}` is not what nightly.yml runs"
     assert costs.JOBS["ci"][1] == "bash .ci/run" and (ROOT / ".ci" / "run").is_file()
+
+
+def test_without_a_job_it_prints_the_table_of_the_results_folder(tmp_path, capsys):
+    assert costs.main(["--dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == costs.render_page(tmp_path)
+    (tmp_path / "gate").mkdir()
+    (tmp_path / "gate" / "x.json").write_text("{not json")
+    assert costs.main(["--dir", str(tmp_path)]) == 2 and "x.json" in capsys.readouterr().err

@@ -42,3 +42,15 @@ def test_the_readme_names_the_run_files_and_histories_the_nightly_workflow_write
         for m in re.finditer(r"history/speed-[\w-]+\.json|out/speed\.json", text):
             raise AssertionError(f"{where(page, text, m.start())}: {m.group(0)} (the workflow's files: "
                                  "out/wall.json, history/history-<device>-<signal>.json)")
+
+
+def test_no_page_or_help_names_a_tool_outside_the_suite():
+    """The GPU script's help and the docs speak of a GPU machine and its time limit, not of the tool some workplace
+    lends machines through (its call, its arguments, its limits)."""
+    from harness.__main__ import script_help
+
+    outside = re.compile(r"device tool|the `?run`? tool|run\(command|carry=|carried wheels|carry \.whl|\ba lent\b|\blent (?:GPU|machine)")
+    texts = {str(p.relative_to(ROOT)): p.read_text() for p in PAGES}
+    texts["fastpath-suite gpu-check --help"] = script_help(ROOT / "scripts" / "gpu_check.sh")
+    found = [f"{name}: {m.group(0)}" for name, text in texts.items() for m in outside.finditer(text)]
+    assert not found, "\n".join(found)

@@ -6,15 +6,17 @@ The table is docs/ci.md's block "job-costs" (`fastpath-suite maintain results` r
     the default run     results/false-alarms (fresh clones: install, then pytest) and results/shards (pytest serial
                         and sharded, from a cold cache)
     the report          results/report ("seconds")
-    .ci/run             results/job-ci, written by `fastpath-suite audit job-time ci`
+    .ci/run             results/job-ci, written by `fastpath-suite audit costs ci`
     the gate            results/gate ("seconds" of each verdict)
-    a night             results/job-nightly-speed and results/job-nightly-slow (`audit job-time`), and the part
+    a night             results/job-nightly-speed and results/job-nightly-slow (`audit costs`), and the part
                         results/instructions measures alone (counting every point under callgrind)
     the GPU tier        results/gpu-check (each stage's seconds)
 
-`fastpath-suite audit job-time JOB` runs a job that records no time of its own (`.ci/run`, the nightly's two jobs)
-in a checkout (`--cwd`, e.g. a fresh clone) and, with `--results DIR`, writes its wall time and exit status as the
-results kind `job-JOB`. Exit: the job's own exit status; 2 for an unknown job or a `--cwd` that is not a folder.
+`fastpath-suite audit costs` prints that table from the results files (`--dir`). `fastpath-suite audit costs JOB`
+runs a job that records no time of its own (`.ci/run`, the nightly's two jobs) in a checkout (`--cwd`, e.g. a fresh
+clone) and, with `--results DIR`, writes its wall time and exit status as the results kind `job-JOB`. Exit: 0 for the
+table; the job's own exit status; 2 for an unknown job, a `--cwd` that is not a folder or a results file that cannot
+be read.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def run_job(job: str, cwd: Path) -> dict:
 
 
 def render_results(figures: dict) -> str:
-    """docs/results.md's section of a job-time file."""
+    """docs/results.md's section of a job-time file (kind job-JOB)."""
     return (f"{JOBS.get(figures['job'], (figures['job'],))[0]}: `{figures['runs']}` took "
             f"{minutes(figures['seconds'])} (exit {figures['exit']}).\n")
 
@@ -141,14 +143,14 @@ def render_page(results_dir: Path = results.RESULTS_DIR) -> str:
         ("the report (`bash scripts/install.sh && .venv/bin/fastpath-suite report`)", report_rows(results_dir),
          "`fastpath-suite report --results results/`"),
         ("CI on every change (`.ci/run`)", job_rows(results_dir, "ci"),
-         "`fastpath-suite audit job-time ci --cwd CLEAN_CLONE --results results/`"),
+         "`fastpath-suite audit costs ci --cwd CLEAN_CLONE --results results/`"),
         ("the gate on a release", gate_rows(results_dir), "`fastpath-suite gate omnivoice==0.2.1 --results results/`"),
         ("a night, speed job (CPU runner)", job_rows(results_dir, "nightly-speed"),
-         "`fastpath-suite audit job-time nightly-speed --results results/`"),
+         "`fastpath-suite audit costs nightly-speed --results results/`"),
         ("a night, speed job: its callgrind part", instructions_rows(results_dir),
          "`fastpath-suite counts instructions --results results/`"),
         ("a night, slow job", job_rows(results_dir, "nightly-slow"),
-         "`fastpath-suite audit job-time nightly-slow --results results/`"),
+         "`fastpath-suite audit costs nightly-slow --results results/`"),
         ("the GPU tier (`fastpath-suite gpu-check`, on a GPU machine)", gpu_rows(results_dir),
          "`fastpath-suite gpu-check --gather out/gpu` after a `gpu-check` call on a GPU machine"),
     ]
@@ -160,14 +162,23 @@ def render_page(results_dir: Path = results.RESULTS_DIR) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="fastpath-suite audit job-time", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="fastpath-suite audit costs", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("job", choices=sorted(JOBS), help="the job: " + "; ".join(
-        f"{name}: {what} (`{command}`)" for name, (what, command) in JOBS.items()))
+    parser.add_argument("job", nargs="?", choices=sorted(JOBS), help="the job to run and time; none: print the table "
+                        "of what each job costs. " + "; ".join(f"{name}: {what} (`{command}`)"
+                                                              for name, (what, command) in JOBS.items()))
+    parser.add_argument("--dir", type=Path, default=results.RESULTS_DIR, help="the results folder the table reads")
     parser.add_argument("--cwd", type=Path, default=results.ROOT,
                         help="the checkout the job runs in (CI's: a fresh clone); its commit is the one recorded")
     results.add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.job is None:
+        try:
+            print(render_page(args.dir), end="")
+        except results.ResultsError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        return 0
     if not args.cwd.is_dir():
         print(f"error: --cwd {args.cwd}: not a folder; give the checkout the job runs in (e.g. a fresh clone)",
               file=sys.stderr)

@@ -66,9 +66,9 @@ KINDS = {
     "mutants": ("Mutation score of the patches: what the tests catch", "audit mutants"),
     "serving": ("Serving: omnivoice-server with fastpath against stock", "serve-check"),
     "name": ("The distribution's name on the package index", "maintain name-check"),
-    "job-ci": ("CI on a clean clone (`.ci/run`): its wall time", "audit job-time ci"),
-    "job-nightly-speed": ("The nightly speed job on the CPU runner: its wall time", "audit job-time nightly-speed"),
-    "job-nightly-slow": ("The nightly slow job: its wall time", "audit job-time nightly-slow"),
+    "job-ci": ("CI on a clean clone (`.ci/run`): its wall time", "audit costs ci"),
+    "job-nightly-speed": ("The nightly speed job on the CPU runner: its wall time", "audit costs nightly-speed"),
+    "job-nightly-slow": ("The nightly slow job: its wall time", "audit costs nightly-slow"),
 }
 
 COMMAND: list | None = None  # the argv the dispatcher ran (set by harness.__main__), for the "command" field
