@@ -277,7 +277,7 @@ def count(points: list, variants: list, keep: Path | None = None, quiet: bool = 
 
 
 def run_file(measured: dict, command: str) -> dict:
-    """A speed-baseline-format run file of the counts (metric "instructions"), which `history append` takes."""
+    """A speed-baseline-format run file of the counts (metric "instructions"), which `nightly append` takes."""
     from harness.speed.baselines import FORMAT, FORMAT_VERSION, git_commit
 
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "device_key": measured["key"],

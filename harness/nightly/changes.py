@@ -23,7 +23,7 @@ it over an old history gives the alarms that history would have raised):
   split evenly over the statistical histories the suite keeps (``STATISTICAL_HISTORIES``: CPU wall time, CPU
   instructions, GPU wall time; the exact counts have no noise and spend none), then over each history's points
   (Bonferroni), then over the two rules. Each history's share is fixed by that declaration, not by how many files
-  one `history check` is given (each runner checks its own). The budget is nominal under Gaussian noise;
+  one `nightly check` is given (each runner checks its own). The budget is nominal under Gaussian noise;
   `fastpath-suite nightly rates` measures what it gives on real nights (docs/results.md).
 * **When it began**: at an alarm, ruptures' Pelt (l1 cost, ``jump=1``, ``min_size=1``) on the standardised
   segment; the change began at its last breakpoint, penalty ``PELT_PENALTY`` (calibrated by simulation, same page).
@@ -56,7 +56,7 @@ from scipy import optimize, stats
 ALPHA = 0.01  # false alarms per clean night, the whole suite
 # The histories the suite judges statistically (.github/workflows/nightly.yml: the CPU runner's wall time and
 # instructions, the GPU runner's wall time): each spends ALPHA / len(STATISTICAL_HISTORIES). The exact counts spend
-# none (no noise: any change is named). A suite that keeps more says so: `history check --statistical-histories N`.
+# none (no noise: any change is named). A suite that keeps more says so: `nightly check --statistical-histories N`.
 STATISTICAL_HISTORIES = ("CPU wall time", "CPU instructions", "GPU wall time")
 MIN_NIGHTS = 5  # reference nights before the rule may alarm ("learning" before)
 WINDOW = 30  # the reference: the latest in-control nights of the segment
@@ -66,7 +66,7 @@ CUSUM_K = 0.5  # allowance, in noise units: the CUSUM is tuned to shifts of abou
 MIN_SIGMA = 0.002  # the noise is never taken below 0.2% (a point with identical nights)
 RECOVER_NIGHTS = 2  # nights in a row back within one sigma of the old level that close a slowdown
 SCALE = "sd"
-PELT_PENALTY = 4.0  # Pelt's penalty on the standardised series (l1 cost), calibrated by `history rates`
+PELT_PENALTY = 4.0  # Pelt's penalty on the standardised series (l1 cost), calibrated by `nightly rates`
 
 
 MAD_SCALE = 1.482602218505602  # MAD -> standard deviation of a normal
@@ -517,7 +517,7 @@ def unjudged(history) -> list:
             if any(n.points.get(p, {}).get("metric") in NON_NEGATIVE for n in history.nights)]
 
 
-JUDGE_BUSY = "judge-busy"  # a night's label (`history append --label`): judge its wall time whatever its load says
+JUDGE_BUSY = "judge-busy"  # a night's label (`nightly append --label`): judge its wall time whatever its load says
 
 
 def busy_nights(nights: list) -> dict:

@@ -8,7 +8,7 @@ A history is what a nightly workflow keeps between runs (as an artifact, or comm
       "nights": [
         {"id": "3f2c9a01b7de", "date": "2026-12-01T03:17:02Z", "commit": "9b1e...", "command": "...",
          "versions": {"fastpath": "0.1.0", "omnivoice": "0.2.1", "torch": "2.14.1-cu130", "transformers": "5.24.0"},
-         "machine": {...machine_info, with the night's device_key...}, "sources": ["out/speed.json"],
+         "machine": {...machine_info, with the night's device_key...}, "sources": ["out/wall.json"],
          "points": {"auto-short-10": {"metric": "rtf", "samples": [0.41, 0.40, ...], "extra": {...}}}}
       ],
       "accepted": [{"point": "auto-short-10", "night": "3f2c9a01b7de", "date": "...", "reason": "..."}],
@@ -268,7 +268,7 @@ def load_history(path: str | os.PathLike) -> History:
            "history with `fastpath-suite nightly append`.")
     if not path.exists():
         raise HistoryError(f"no history at {path}. Start one with: fastpath-suite nightly append {path} "
-                           "out/speed.json")
+                           "out/wall.json")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -514,7 +514,7 @@ def rates(argv) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     metrics = {history.nights[0].points[p]["metric"] for p in rec.points}
-    progress = Progress("history rates", args.quiet)
+    progress = Progress("nightly rates", args.quiet)
     progress.say(f"{rec.runs} recorded runs of {len(rec.points)} points ({', '.join(sorted(metrics))}), "
                  f"{args.histories} simulated histories a row")
     if metrics == {"instructions"}:
