@@ -18,7 +18,7 @@ import yaml
 
 from harness import REPO_ROOT
 from harness.nightly import alert
-from harness.nightly.history import History, Night, accept, night_id, save_history
+from harness.nightly.history import History, Night, accept, night_id, save_history, split_key
 from harness.nightly.history import main as history_main
 
 POINT = "auto-short-2/lossless"
@@ -81,8 +81,9 @@ class Nightly:
         points = {POINT: {"metric": "ops", "samples": [float(ops)], "extra": {}}}
         sha = self.shas[commit]
         self.nights.append(Night(id=night_id(date, sha, points), date=date, commit=sha, command="nightly",
-                                 machine={"device_key": KEY}, points=points))
-        save_history(History(device_key=KEY, nights=list(self.nights), accepted=self.accepted()), self.path)
+                                 machine={"device_key": KEY}, points=points, versions=split_key(KEY)[1]))
+        save_history(History(machine_key=split_key(KEY)[0], nights=list(self.nights), accepted=self.accepted()),
+                     self.path)
         return self.nights[-1].id
 
     def accepted(self) -> list:

@@ -565,7 +565,7 @@ def name_causes(trace: Trace, nights: list) -> None:
     """Each change that began on a night whose versions differ from the night before it (the point's previous
     night) names them (``Event.versions``: "torch 2.14.1 -> 2.15.0") as its likely cause. The change was judged as
     any: a change of versions is neither a free pass nor a penalty."""
-    from harness.nightly.history import changed_versions
+    from harness.nightly.versions import changed_versions
 
     for event in trace.events:
         if event.began > 0:

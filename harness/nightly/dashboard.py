@@ -16,7 +16,7 @@ import math
 
 from harness.nightly.changes import ALARM_KINDS, JUDGE_BUSY, STATISTICAL_HISTORIES, PointReport
 from harness.nightly.changes import WALL_METRICS as WALL
-from harness.nightly.history import changed_versions
+from harness.nightly.versions import changed_versions
 
 WIDTH, HEIGHT, PAD = 760, 220, 48
 

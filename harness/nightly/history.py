@@ -31,7 +31,7 @@ it as format 2. (A key in an older form, such as the instruction counts' key tha
 vendor, is read as today's: harness.counts.instructions.migrated_key.) ``accepted`` lists the slowdowns a person
 has accepted (a deliberate trade, a new compiler): the rule (harness.nightly.changes) then takes the new level as the
 normal one. ``not_judged_limit`` is how many nights in a row the history's wall time may go not judged (measured
-beside competing work) before a night fails for it: ``NOT_JUDGED_LIMIT`` unless set with `history append
+beside competing work) before a night fails for it: ``NOT_JUDGED_LIMIT`` unless set with `nightly append
 --not-judged-limit N` (a file without it, written before it existed, has the default).
 
 Every problem (a missing, corrupt or foreign file, another machine, a night's points measured twice) raises
@@ -51,6 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.nightly.versions import changed_versions
 from harness.speed.baselines import FORMAT as BASELINE_FORMAT
 from harness.speed.baselines import BaselineError, check_samples, migrated_key, read_json, read_run, write_atomic
 
@@ -69,7 +70,6 @@ class HistoryError(BaselineError):
 
 # an instruction count's machine part names valgrind's version (instructions.device_key): a version, not a machine
 CALLGRIND = re.compile(r"^callgrind-(?P<valgrind>[^-_]+)-(?P<capability>.+)$")
-NOT_RECORDED = "not recorded"
 
 
 def split_key(key: str) -> tuple:
@@ -91,12 +91,6 @@ def night_versions(key: str, machine: dict) -> dict:
     keyed = split_key(key)[1]
     recorded = {name: "none" if v is None else str(v) for name, v in ((machine or {}).get("versions") or {}).items()}
     return dict(sorted({**recorded, **keyed}.items()))
-
-
-def changed_versions(before: dict, after: dict) -> list:
-    """"torch 2.14.1 -> 2.15.0" for each package whose version differs between two nights' versions."""
-    return [f"{name} {before.get(name, NOT_RECORDED)} -> {after.get(name, NOT_RECORDED)}"
-            for name in sorted(set(before) | set(after)) if before.get(name) != after.get(name)]
 
 
 @dataclass(frozen=True)
