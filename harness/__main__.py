@@ -84,6 +84,11 @@ GROUPS = {
         "bisect": Verb(HISTORY, "from a flagged night to its commit: count a point over a commit range",
                        "fastpath-suite nightly bisect HEAD~1 HEAD --point auto-short-2 --signal structure",
                        ("bisect",)),
+        "alert": Verb("harness.nightly.alert:main", "a flagged night reaches a person: an issue per open change, "
+                      "commented on while open, closed when fixed or accepted",
+                      "fastpath-suite nightly check fixtures/nights/synthetic-slowdown.json --out out/history; "
+                      "test -f out/history/alarms.json && fastpath-suite nightly alert out/history/alarms.json "
+                      "fixtures/nights/synthetic-slowdown.json --dry-run"),
         "record": Verb("scripts/record_nights.sh", "repeated runs of nightly points: the noise `nightly rates` uses",
                        "fastpath-suite nightly record 1 out/nights.json --signal instructions --points auto-short-2"),
         "fetch": Verb("scripts/nightly_history.sh", "the histories from their branch (nightly-history) into history/",
@@ -112,6 +117,9 @@ GROUPS = {
         "mutants": Verb("harness.audit.mutants:main",
                         "mutation testing of fastpath/: a seeded sample, or the lines a change touched",
                         "fastpath-suite audit mutants --sample 2 --budget 600"),
+        "costs": Verb("harness.audit.costs:main",
+                      "what each job costs, from results/; with JOB, run a job that keeps no time and record it",
+                      "fastpath-suite audit costs"),
         "shards": Verb("harness.audit.sharding:main",
                        "the suite sharded over xdist workers: serial and sharded runs, test for test",
                        "fastpath-suite audit shards measure --workers 2"),
@@ -134,6 +142,11 @@ GROUPS = {
         "name-check": Verb("harness.release:main",
                            "is the distribution's name free on the package index? (pip's own client)",
                            "fastpath-suite maintain name-check"),
+    }),
+    "release": ("releases", "from the gate's verdict to a release", {
+        "accept": Verb("harness.release:accept_main",
+                       "from the gate's MAY SHIP on omnivoice==X to the change that releases on it",
+                       "fastpath-suite release accept omnivoice==0.2.2"),
     }),
 }
 JOB_GROUPS = ("counts", "nightly")  # listed with the jobs

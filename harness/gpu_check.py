@@ -528,7 +528,56 @@ def render_results(figures: dict) -> str:
     return "\n\n".join("\n".join(p) for p in parts) if parts else "No stage of the GPU script left results."
 
 
-hand_over({"gpu-check": render_results})  # this job's results kind, for the docs pages (harness.run.results)
+# --- the script's time limits, for docs/gpu.md ---------------------------------------------------------------------
+
+SCRIPT = results.ROOT / "scripts" / "gpu_check.sh"
+# `NAME=${NAME:-default}  # stage: what it bounds`, one line per limit of the script
+LIMIT_LINE = re.compile(r"^(?P<name>[A-Z_]+)=\$\{(?P=name):-(?P<default>.*)\}\s+#\s*(?P<stage>[a-z0-9-]+|the call): "
+                        r"(?P<what>.*)$")
+
+
+def script_limits(script: Path = SCRIPT) -> list:
+    """[(variable, default as the script writes it, stage, what it bounds)] of the script's limit lines, in order."""
+    found = [m for m in map(LIMIT_LINE.match, Path(script).read_text().splitlines()) if m]
+    return [(m["name"], m["default"], m["stage"], m["what"]) for m in found]
+
+
+def default_text(default: str) -> str:
+    """A default as the page says it: `240`, `240 unless PYTEST_LIMIT is set`, `570 with --quick, else none`."""
+    if re.fullmatch(r"\d+", default):
+        return default
+    fallback = re.fullmatch(r"\$\{([A-Z_]+):-(\d+)\}", default)
+    if fallback:
+        return f"{fallback[2]} (`{fallback[1]}` where set)"
+    quick = re.fullmatch(r'\$\(\[ "\$mode" = quick \] && echo (\d+)\)', default)
+    if quick:
+        return f"{quick[1]} with `--quick`, else none"
+    return f"`{default}`"
+
+
+def render_limits(results_dir: Path = results.RESULTS_DIR, script: Path = SCRIPT) -> str:
+    """docs/gpu.md's block "gpu-limits": each limit of the script with its default, and the seconds its stage took in
+    each gpu-check results file (the GPU named), or that no run has measured it."""
+    runs = [results.load(path) for path in sorted(Path(results_dir).glob(f"{KIND}/*.json"))]
+    gpus = [run["machine"].get("gpu_name") or run["machine_key"] for run in runs]
+    lines = ["| variable | default (s) | stage | what it bounds |" + "".join(f" {gpu}: seconds taken |" for gpu in gpus),
+             "|---|---|---|---|" + "---|" * len(gpus)]
+    for name, default, stage, what in script_limits(script):
+        taken = []
+        for run in runs:
+            step = run["figures"].get("steps", {}).get(stage)
+            verdict = run["figures"].get("verdicts", {}).get(stage, {}).get("verdict")
+            taken.append(f"{step['seconds']} of {step['limit_s']} ({verdict})" if step else "not run")
+        lines.append(f"| `{name}` | {default_text(default)} | {stage} | {cell(what)} |"
+                     + "".join(f" {t} |" for t in taken))
+    if not runs:
+        lines += ["", "No GPU run has written a results file (`results/gpu-check/`) yet, so every default above is an "
+                      "estimate; `fastpath-suite gpu-check` prints each stage's seconds beside its limit, and its "
+                      "results file keeps them for this table."]
+    return "\n".join(lines) + "\n"
+
+
+hand_over({"gpu-check": render_results, "gpu-limits": render_limits})  # this job's results kind and docs block
 
 
 # --- the command line --------------------------------------------------------------------------------------------

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The GPU tier on a CUDA machine, stage by stage; the exit says whether every stage ran and passed (docs/gpu.md).
 #
-#   fastpath-suite gpu-check --quick   a first look on a lent GPU in one call of the device tool (under 8 minutes
-#                                      expected on an H100 from a cold machine, the checkpoints' build included)
-#   fastpath-suite gpu-check           the whole tier: longer than one 10-minute call, so split it with STAGES
-#   fastpath-suite gpu-check --gather DIR [DIR ...]   record the fetched folders of several calls as one results
-#                                      file here (RESULTS=DIR: where to write, default results/)
+#   fastpath-suite gpu-check --quick   a first look: a bf16 row of each CUDA patch and the speed targets, in one
+#                                      call that ends, its results file written, within DEADLINE seconds
+#   fastpath-suite gpu-check           the whole tier; on a GPU machine that limits how long one command may run,
+#                                      split it over several calls with STAGES
+#   fastpath-suite gpu-check --gather DIR [DIR ...]   record the folders of several calls as one results file
+#                                      here (RESULTS=DIR: where to write, default results/)
 #
-# Every call first: wheels (the carried .whl/ into /tmp/site, offline; FASTPATH_NO_WHEELS=1 ignores .whl/), env
+# Every call first: wheels (the wheels in .whl/ into /tmp/site, offline; FASTPATH_NO_WHEELS=1 ignores .whl/), env
 # (versions, the GPU, its device key; where CUDA is not usable it stops at once with exit 4, naming what is missing:
 # the driver, the wheel or a device), checkpoints (the tiny and full-size test checkpoints). Then, by STAGES:
 #   --quick (default "collect quick-parity inductor targets"): collect (pytest -m cuda --collect-only: no cuda test
@@ -16,20 +17,22 @@
 #     targets (bench: clone6-medium-32 clone3-mixed8-16 clone3-mixed8-16-each, stock@bf16 gpu@bf16 preset@bf16)
 #   full (default "3 4 4b 4c 4d 5"): 3 pytest -m "cuda and not slow" over tests_patches, tests_parity, tests_speed;
 #     4 bench and this device's speed baseline <device key>.json; 4b batching; 4c packed CFG; 4d memory over 1,000
-#     calls; 5 streaming. Split over calls: STAGES="3 4 4b", then STAGES="4c 4d 5"
-# Each stage runs under its own limit (NAME_LIMIT, seconds: the table in docs/gpu.md); DEADLINE (seconds for the
-# whole call; --quick: 570) cuts the limits so that the call ends, recorded, inside the device tool's 600 s. A pytest
-# stage lists the ids it selects first and is stopped by SIGINT at its limit, so it still writes its junit report;
-# the ids it did not reach are named in the log and in the results file. After every stage the results file
-# (harness/gpu_check.py, kind gpu-check) is written again, so a call cut off later still leaves one.
+#     calls; 5 streaming. Split over two calls: STAGES="3 4 4b", then STAGES="4c 4d 5"
+# Each stage runs under its own limit in seconds (NAME_LIMIT, e.g. BENCH_LIMIT=200; docs/gpu.md renders each
+# default beside the seconds a run measured). DEADLINE is the seconds the whole call may take: each stage's limit is
+# cut so that the call ends, its records written, within it. --quick's default suits a machine that stops a command after 10
+# minutes; set DEADLINE to your machine's limit less 30 s. A pytest stage lists the ids it selects first and is
+# stopped by SIGINT at its limit, so it still writes its junit report; the ids it did not reach are named in the log
+# and in the results file. After every stage the results file (harness/gpu_check.py, kind gpu-check) is written
+# again, so a call stopped later still leaves the stages before it.
 # Exit: 0 every stage ran and passed; 1 a stage failed, stopped at its limit, or collected tests that skipped or were
-# not reached (green means it ran); 2 usage; 3 the carried wheels do not install; 4 this machine cannot run the tier
-# (CUDA not usable, the suite does not import).
+# not reached (green means it ran); 2 usage; 3 the wheels in .whl/ do not install; 4 this machine cannot run the
+# tier (CUDA not usable, the suite does not import).
 # Files in OUT (default out/gpu, under the current folder): env.txt, machine.json, steps.jsonl (a line per stage:
 # exit, seconds, limit), NAME.log per stage (pytest: NAME.ids, NAME.xml; bench: NAME.json), RESULTS (OUT/results).
 # Other settings: PYTHON (python3), FASTPATH_CACHE (the checkpoint cache, as every verb's).
-#
-#   run(command="bash scripts/gpu_check.sh --quick", carry=[".whl"], timeout_s=600)
+# On a GPU machine without the suite installed, run this script from the checkout with `bash scripts/gpu_check.sh
+# --quick`, the wheels of scripts/gpu_wheels.txt in .whl/ beside it (scripts/fetch_gpu_wheels.sh downloads them).
 set -uo pipefail  # not -e: a failing stage is counted (status) and the next one still runs; its results matter
 caller=$PWD
 cd "$(dirname "$0")/.." || exit 2
@@ -58,26 +61,25 @@ for var in STAGES DEADLINE ENV_LIMIT CHECKPOINT_LIMIT COLLECT_LIMIT QUICK_PARITY
 done
 CALL="${CALL}fastpath-suite gpu-check$([ "$mode" = quick ] && echo " --quick")"
 
-  # Limits in seconds. Measured: one run on the H200 (2026-12-01, docs/gpu.md) with CHECKPOINT_LIMIT=120
-  # PYTEST_LIMIT=140 BENCH_LIMIT=100 BATCH_LIMIT=50 took 357 s in all: its parity stage was stopped at 140 s (two
-  # compile tests took 91 s), its bench and batching stages finished inside 100 s and 50 s. Every other figure is an
-  # estimate, to be replaced by the seconds the summary of a run prints beside each limit.
-ENV_LIMIT=${ENV_LIMIT:-60}                     # estimate: torch import, CUDA init, nvidia-smi (about 10 s)
-CHECKPOINT_LIMIT=${CHECKPOINT_LIMIT:-180}      # estimate: the H200 run gave it 120 s, not recorded whether it needed them
-COLLECT_LIMIT=${COLLECT_LIMIT:-60}             # estimate: collecting tests_patches/parity/speed takes 10 s on 2 CPU cores
-QUICK_PARITY_LIMIT=${QUICK_PARITY_LIMIT:-240}  # estimate: 2 LLM compiles (tiny; 91 s on the H200), the vocoder's, flex's
-INDUCTOR_LIMIT=${INDUCTOR_LIMIT:-90}           # estimate: ten packed lengths through compiled flex attention
-TARGETS_LIMIT=${TARGETS_LIMIT:-120}            # estimate: 2 full-size models, 3 points x 3 variants x 4 calls
-PATCHES_LIMIT=${PATCHES_LIMIT:-90}             # estimate: the cuda tests of tests_patches (the inductor test)
-PARITY_LIMIT=${PARITY_LIMIT:-${PYTEST_LIMIT:-240}}  # measured: 140 s stopped it before the against-fp32 tests
-SPEED_LIMIT=${SPEED_LIMIT:-${PYTEST_LIMIT:-120}}    # estimate (the H200 run gave it 140 s; its share of 357 s unknown)
-BENCH_LIMIT=${BENCH_LIMIT:-100}                # measured: the H200's bench finished inside 100 s
-BATCH_LIMIT=${BATCH_LIMIT:-60}                 # measured: the H200's batching bench finished inside 50 s
-PACKED_LIMIT=${PACKED_LIMIT:-120}              # estimate: never run on a GPU
-MEMORY_LIMIT=${MEMORY_LIMIT:-240}              # estimate: never run on a GPU
-STREAM_LIMIT=${STREAM_LIMIT:-90}               # estimate: never run on a GPU
-STREAM_STOCK_LIMIT=${STREAM_STOCK_LIMIT:-60}   # estimate: never run on a GPU
-DEADLINE=${DEADLINE:-$([ "$mode" = quick ] && echo 570)}  # the device tool's 600 s less 30 for the last records
+  # Limits in seconds, each `NAME=${NAME:-default}  # stage: what it bounds` (docs/gpu.md renders these lines, and
+  # beside them the seconds each stage took in the results files of earlier runs: every default is an estimate until
+  # such a run measures it)
+ENV_LIMIT=${ENV_LIMIT:-60}                     # env: torch's import, CUDA's init, nvidia-smi
+CHECKPOINT_LIMIT=${CHECKPOINT_LIMIT:-180}      # checkpoints: building the tiny and full-size test checkpoints
+COLLECT_LIMIT=${COLLECT_LIMIT:-60}             # collect: listing the cuda tests of three tiers; also each pytest stage's listing
+QUICK_PARITY_LIMIT=${QUICK_PARITY_LIMIT:-240}  # quick-parity: two LLM compiles on the tiny checkpoint, the vocoder's and flex attention's, four model loads
+INDUCTOR_LIMIT=${INDUCTOR_LIMIT:-90}           # inductor: ten packed lengths through compiled flex attention
+TARGETS_LIMIT=${TARGETS_LIMIT:-120}            # targets: two full-size models, 3 points x 3 variants x 4 calls
+PATCHES_LIMIT=${PATCHES_LIMIT:-90}             # patches: the cuda tests of tests_patches
+PARITY_LIMIT=${PARITY_LIMIT:-${PYTEST_LIMIT:-240}}  # parity: the cuda tests of tests_parity (PYTEST_LIMIT, the older setting, sets parity and speed)
+SPEED_LIMIT=${SPEED_LIMIT:-${PYTEST_LIMIT:-120}}    # speed: the cuda tests of tests_speed (PYTEST_LIMIT as for parity)
+BENCH_LIMIT=${BENCH_LIMIT:-100}                # bench: stage 4, four variants at two points, 6 rounds
+BATCH_LIMIT=${BATCH_LIMIT:-60}                 # batching: stage 4b, a batch of 8 against one call each, 2 rounds
+PACKED_LIMIT=${PACKED_LIMIT:-120}              # packed: stage 4c, packed CFG at two points, 3 rounds
+MEMORY_LIMIT=${MEMORY_LIMIT:-240}              # memory: stage 4d, stopped with SIGINT at its limit, keeping the calls measured
+STREAM_LIMIT=${STREAM_LIMIT:-90}               # stream-gpu-defaults: stage 5, the stream with the GPU defaults
+STREAM_STOCK_LIMIT=${STREAM_STOCK_LIMIT:-60}   # stream-gpu-stock: stage 5, stock eager
+DEADLINE=${DEADLINE:-$([ "$mode" = quick ] && echo 570)}  # the call: with --quick, a 10-minute limit per command less 30 s for the last records
 RESERVE=30  # seconds a stage leaves before DEADLINE: pytest's 20 s after SIGINT, the records and the summary
 STAGES=${STAGES:-$([ "$mode" = quick ] && echo "collect quick-parity inductor targets" || echo "3 4 4b 4c 4d 5")}
 
@@ -180,13 +182,13 @@ if [ -z "${FASTPATH_NO_WHEELS:-}" ] && ls .whl/*.whl >/dev/null 2>&1; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || { echo "wheel install failed"; exit 3; }
   export PYTHONPATH="/tmp/site:$repo"
-  if ! "$PY" -c "import transformers" >/dev/null 2>&1; then  # the carried transformers unusable: the image's
-    echo "carried transformers does not import here; falling back to the image's:"
+  if ! "$PY" -c "import transformers" >/dev/null 2>&1; then  # the wheel's transformers unusable: the image's
+    echo "the transformers of .whl/ does not import here; falling back to the image's:"
     "$PY" -c "import transformers" 2>&1 | tail -n 2
     rm -rf /tmp/site/transformers /tmp/site/transformers-*.dist-info
   fi
 else
-  echo "no .whl/ used: the image's packages (scripts/fetch_gpu_wheels.sh where pip reaches PyPI, then carry .whl)"
+  echo "no .whl/ used: the image's packages (scripts/fetch_gpu_wheels.sh where pip reaches PyPI, then copy .whl/ here)"
 fi
 
 stage "env: versions, the GPU, the device key"

@@ -264,7 +264,7 @@ def test_the_docs_use_the_one_command_line_only():
 def test_the_readme_is_a_guide_not_a_log():
     text = (ROOT / "README.md").read_text()
     words = len(re.findall(r"\S+", text))
-    assert words <= 2500, f"README.md has {words} words; the depth belongs in docs/"
+    assert words <= 2200, f"README.md has {words} words (about 2,000 is the doorway's size); the depth belongs in docs/"
     logs = re.findall(r"\b[0-9a-f]{7,40}\b(?=[^|]*)|\b\d{1,2}:\d{2}(?::\d{2})? ?UTC\b|\bissues? \d+\b", text)
     assert not [x for x in logs if not x.isdigit()], f"README.md names commits, times or issues: {logs}"
     linked = set(re.findall(r"\]\((docs/[\w.-]+\.md)", text))
@@ -345,6 +345,8 @@ EXAMPLE_EXITS = {
     "audit mutants": ((0, 1), r"SURVIVED: fastpath\."),
     # a machine where CUDA is not usable: exit 4 at the first stage, naming what is missing (driver, wheel, device)
     "gpu-check": ((0, 4), r"CUDA is not usable here: (the driver|the wheel|a device)"),
+    # a checkout where the gate has not passed omnivoice 0.2.2: refused as not judged, naming the gate command to run
+    "release accept": ((1,), r"REFUSED: not judged: no gate verdict .* Fix: run `fastpath-suite gate omnivoice==0\.2\.2"),
 }
 
 

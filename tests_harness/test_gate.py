@@ -235,7 +235,7 @@ class FakeEnv:
     """A candidate environment that imports, for run_gate's own logic (the checks themselves are replaced)."""
 
     spec = cand.Spec("fake", "current", "", "fake")
-    python, site, notes = "python", "site", ()
+    python, site, notes, source = "python", "site", (), {}
 
     def import_check(self):
         return {"ok": True, "distribution": "omnivoice", "version": "9.9.9", "file": "x"}

@@ -1,6 +1,7 @@
 """What the version-bump gate takes as a candidate: a fork (a distribution of another name that installs the
 `omnivoice` package) is gated and named by its distribution and version; a candidate that cannot be installed or
-imported is "could not run" (exit 2) with the installer's own message, never a verdict on the bump.
+imported is broken: state could-not-run (no other check could run on it), MUST NOT SHIP, exit 1, with the installer's
+own message; never the gate's own error (exit 2).
 
 Each candidate is a wheel built here (no index needed): its own venv, made under the test's folder."""
 
@@ -110,14 +111,15 @@ def test_a_candidate_that_cannot_be_installed_or_imported_could_not_run(case, pr
     make, message = BROKEN[case]
     wheel = make(tmp_path)
     out = tmp_path / "out"
-    assert gate.main([str(wheel), "--checks", "fingerprints", "--out", str(out), "--quiet"]) == 2
+    assert gate.main([str(wheel), "--checks", "fingerprints", "--out", str(out), "--quiet"]) == 1
     printed = capsys.readouterr().out
     assert message in printed, printed  # the installer's (or the import's) own words
-    assert "COULD NOT RUN" in printed and "MUST NOT SHIP" not in printed, printed
+    assert "MUST NOT SHIP (the candidate is broken, no check could run on it)" in printed, printed
     report = json.loads((out / "verdict.json").read_text())
-    assert report["state"] == "could-not-run" and not report["ship"] and report["blocked_by"] == [], report
+    assert (report["state"], report["ship"], report["blocked_by"], report["errors"], report["exit_status"]) == (
+        "could-not-run", False, ["install"], [], 1), report
     install = report["checks"][0]
-    assert (install["name"], install["status"], install["blocks"]) == ("install", "error", False), install
+    assert (install["name"], install["status"], install["blocks"]) == ("install", "fail", True), install
     assert [c["status"] for c in report["checks"][1:]] == ["skipped"], report["checks"]
-    assert "COULD NOT RUN" in (out / "verdict.md").read_text()
+    assert "the candidate is broken" in (out / "verdict.md").read_text()
     assert message in gate.render_results(gate.results_figures(report))  # a results file says why, too

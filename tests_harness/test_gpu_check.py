@@ -211,7 +211,7 @@ def test_a_stage_past_its_limit_fails_and_names_the_tests_it_did_not_reach(fake)
 ])
 def test_the_results_file_is_there_after_each_stage_when_a_later_one_is_cut_off(fake, args, stages, tier, tests,
                                                                                  bench):
-    """The device tool ends a call at its limit by killing it: what the stages before left must be recorded."""
+    """A machine that ends a command at its time limit kills it: what the stages before left must be recorded."""
     run, out = fake
     proc = subprocess.Popen(["bash", str(SCRIPT), *args], cwd=out.parent, start_new_session=True,
                             env=run.env({bench: "hang"}, STAGES=stages),

@@ -83,7 +83,7 @@ def stored_figures() -> dict:
 @pytest.mark.slow  # beyond the default run's budget: .ci/run's controls stage runs it on every change
 @pytest.mark.control
 def test_clean_recorded_nights_rarely_alarm(recorded):
-    """Known equivalent: bootstrapped clean nights of the recorded noise (a small, seeded rerun of `history rates`)
+    """Known equivalent: bootstrapped clean nights of the recorded noise (a small, seeded rerun of `nightly rates`)
     raise about the false alarms docs/results.md reports, and at most the history's share of the suite's 1 per 100
     nights plus the small rerun's sampling error."""
     clean = false_alarms(np.random.default_rng(5), recorded, changes.Rule(points=len(recorded.points)), 9, 24)
@@ -106,7 +106,7 @@ def test_a_step_on_recorded_nights_is_caught(recorded):
 @pytest.mark.slow
 @pytest.mark.control
 def test_the_full_table_is_the_results_file(recorded):
-    """The table docs/results.md shows is what the code measures: `history rates` rerun with the results file's
+    """The table docs/results.md shows is what the code measures: `nightly rates` rerun with the results file's
     histories and seed gives the same figures (the bootstrap is seeded, the rule deterministic), within a count or
     two."""
     stored = stored_figures()
@@ -122,7 +122,7 @@ def test_the_full_table_is_the_results_file(recorded):
 @pytest.mark.control
 def test_recorded_instruction_counts_meet_their_goals():
     """The instruction-count signal on its recorded runs (some beside a busy core at the same priority), a small
-    seeded rerun of `history rates`: no false alarm in 100 clean nights' worth of histories, a 5% step caught on its
+    seeded rerun of `nightly rates`: no false alarm in 100 clean nights' worth of histories, a 5% step caught on its
     first night and a 2% step within three, at least as often as the goals ask. A rule that lost its floors for
     counts (the wall-time floors of 5% and 2%) would miss the 2% step; one that took a count's noise for wall time's
     would not catch the 5% step on its first night."""

@@ -34,9 +34,10 @@ def test_every_rendered_block_of_the_docs_is_the_rendering_of_its_files(name):
 
 
 def test_a_block_edited_by_hand_or_without_its_marks_is_refused(tmp_path):
-    begin, end = results.block_marks("gpu-targets")
+    marks = "\n\n".join("\n".join(results.block_marks(name)) for name, page in results.BLOCKS.items()
+                         if page == "gpu.md")  # every block of the page, each between its two marks
     page = tmp_path / "gpu.md"
-    page.write_text(f"# GPU\n\n{begin}\n{end}\n\nafter\n")
+    page.write_text(f"# GPU\n\n{marks}\n\nafter\n")
     args = ["--dir", str(tmp_path / "results"), "--page", str(tmp_path / "results.md"), "--docs", str(tmp_path)]
     assert results.main(args) == 0 and "| target | goal |" in page.read_text() and page.read_text().endswith("after\n")
     assert results.main(["--check", *args]) == 0

@@ -199,8 +199,9 @@ def test_version_bump_gates_only_a_changed_requirement(tmp_path):
 def gate_exit_codes() -> dict:
     """harness.gate.gate.main's exit status per verdict state, read from its source (importing it loads torch)."""
     text = (REPO_ROOT / "harness" / "gate" / "gate.py").read_text()
-    found = re.search(r'return (\{"may-ship": 0[^}]*\})\[report\["state"\]\]', text)
-    assert found, "harness/gate/gate.py main() no longer ends with its state -> exit status table"
+    found = re.search(r'^EXIT = (\{"may-ship": 0[^}]*\})$', text, re.MULTILINE)
+    assert found and 'return EXIT[report["state"]]' in text, \
+        "harness/gate/gate.py no longer has its state -> exit status table EXIT, or main() no longer returns from it"
     return {k: int(v) for k, v in re.findall(r'"([a-z-]+)": (\d+)', found.group(1))}
 
 
@@ -224,17 +225,28 @@ def test_version_bump_passes_the_gate_exit_status_on(tmp_path):
 
 
 def test_version_bump_fails_unless_the_bump_may_ship(tmp_path):
-    """Every state of the gate but may-ship (MUST NOT SHIP, ERROR, COULD NOT RUN, INCOMPLETE) fails the job, and so
-    does a gate that never reported a status."""
+    """Every state of the gate but may-ship (MUST NOT SHIP, a broken candidate, ERROR, INCOMPLETE) fails the job, and
+    so does a gate that never reported a status; the job says whose the finding is (its summary, its annotation, its
+    `verdict` output): the candidate's, the gate's own, or not judged."""
     final = step("Fail unless the bump may ship")
     assert final["if"].startswith("always()")
+    assert bump()[1]["outputs"]["verdict"] == "${{ steps.verdict.outputs.verdict }}"
     codes = gate_exit_codes()
     assert set(codes) == {"may-ship", "must-not-ship", "error", "could-not-run", "incomplete"}
+    said = {"may-ship": ("may-ship", "MAY SHIP"), "must-not-ship": ("must-not-ship", "the candidate's fault"),
+            "could-not-run": ("must-not-ship", "the candidate's fault"),
+            "error": ("gate-error", "not a verdict on the candidate"), "incomplete": ("not-judged", "NOT JUDGED"),
+            "not run": ("gate-error", "the gate did not finish")}
     for state, code in [*codes.items(), ("not run", "")]:
-        done = run_step("Fail unless the bump may ship", tmp_path, RC=str(code))
+        summary, out = tmp_path / f"{state}.md", tmp_path / f"{state}.out"
+        done = run_step("Fail unless the bump may ship", tmp_path, RC=str(code), GITHUB_STEP_SUMMARY=str(summary),
+                        GITHUB_OUTPUT=str(out))
         assert (done.returncode == 0) == (state == "may-ship"), (state, done.stdout)
-    for state, word in (("must-not-ship", "MUST NOT SHIP"), ("incomplete", "INCOMPLETE")):
-        assert word in run_step("Fail unless the bump may ship", tmp_path, RC=str(codes[state])).stdout
+        verdict, words = said[state]
+        assert outputs(out) == {"verdict": verdict}, (state, out.read_text())
+        assert words in summary.read_text() and words in done.stdout, (state, done.stdout)
+        if state != "may-ship":
+            assert f"::error title={verdict}::" in done.stdout, (state, done.stdout)
 
 
 def test_version_bump_summary_holds_the_verdict_and_the_diffs(tmp_path):

@@ -248,7 +248,7 @@ def test_a_flagged_night_of_a_count_history_prints_its_bisect_command(tmp_path, 
                      machine={"cpu_model": "Test CPU"}, points=points)
 
     path = tmp_path / "structure.json"
-    save_history(History(device_key="cpu-test", nights=[night(1, 100.0), night(2, 100.0), night(3, 120.0)], path=path),
+    save_history(History(machine_key="cpu-test", nights=[night(1, 100.0), night(2, 100.0), night(3, 120.0)], path=path),
                  path)
     assert main(["check", str(path)]) == 1
     out = capsys.readouterr().out

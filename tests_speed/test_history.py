@@ -11,6 +11,8 @@ from harness.speed.baselines import save_baseline
 from harness.nightly.history import HistoryError, accept, append, load_history, main, night_id, save_history
 
 KEY = "cpu-test-avx2-2c-2t__torch-2.14.1__omnivoice-0.2.1"
+BUMPED = "cpu-test-avx2-2c-2t__torch-2.15.0__omnivoice-0.2.1"  # the same machine, torch bumped
+MACHINE = "cpu-test-avx2-2c-2t"
 
 
 def run_file(path, medians: dict, date: str, commit: str = "c0ffee", key: str = KEY, spread: float = 0.01):
@@ -38,7 +40,7 @@ def test_append_creates_then_the_same_run_twice_changes_nothing(tmp_path):
     history = tmp_path / "h.json"
     run = run_file(tmp_path / "r.json", {"a": 0.4, "b": 1.2}, "2026-11-01T03:17:00+00:00")
     h, added = append(history, [run])
-    assert added and len(h.nights) == 1 and h.device_key == KEY
+    assert added and len(h.nights) == 1 and h.device_key == KEY and h.machine_key == MACHINE
     before = history.read_bytes()
     h, added = append(history, [run])
     assert not added and len(h.nights) == 1
@@ -55,14 +57,27 @@ def test_nights_are_kept_in_date_order_and_keep_their_samples(tmp_path):
     assert len(h.nights[0].points["a"]["samples"]) == 9
 
 
-def test_a_run_of_another_device_key_is_refused_with_the_reason(tmp_path):
+def test_a_run_of_another_machine_is_refused_naming_the_deliberate_fix(tmp_path, capsys):
+    """A night of another machine is refused, naming both machines and the command that starts a new history on
+    purpose; that command keeps the old history beside the new one."""
     history = tmp_path / "h.json"
     append(history, [run_file(tmp_path / "a.json", {"a": 0.4}, "2026-11-01T03:17:00+00:00")])
-    other = run_file(tmp_path / "b.json", {"a": 0.4}, "2026-11-02T03:17:00+00:00", key="cpu-other__torch-2.0")
-    with pytest.raises(HistoryError, match="speed only compares on one device key") as err:
+    other_key = "cpu-other-avx512-16c-16t__torch-2.14.1__omnivoice-0.2.1"
+    other = run_file(tmp_path / "b.json", {"a": 0.4}, "2026-11-02T03:17:00+00:00", key=other_key)
+    with pytest.raises(HistoryError, match="speed only compares on one machine") as err:
         append(history, [other])
-    assert KEY in str(err.value) and "cpu-other__torch-2.0" in str(err.value)
+    message = str(err.value)
+    assert f"'{MACHINE}'" in message and "'cpu-other-avx512-16c-16t'" in message, message
+    assert f"`fastpath-suite nightly append {history} {other} --new-history`" in message, message
     assert len(load_history(history).nights) == 1
+    capsys.readouterr()
+    assert main(["append", str(history), str(other), "--new-history"]) == 0
+    [kept] = [p for p in tmp_path.iterdir() if p.name.startswith("h.before-")]
+    assert f"the old one is kept as {kept}" in capsys.readouterr().out
+    assert load_history(kept).machine_key == MACHINE and len(load_history(kept).nights) == 1
+    new = load_history(history)
+    assert new.machine_key == "cpu-other-avx512-16c-16t"
+    assert [n.machine["device_key"] for n in new.nights] == [other_key]
 
 
 def test_the_files_of_one_night_join_and_may_not_measure_a_point_twice(tmp_path):
@@ -108,6 +123,12 @@ def hand_edited(path):
     path.write_text(json.dumps(data))
 
 
+def no_versions(path):
+    data = json.loads(path.read_text())
+    del data["nights"][0]["versions"]
+    path.write_text(json.dumps(data))
+
+
 def no_samples(path):
     data = json.loads(path.read_text())
     data["nights"][0]["points"]["a"]["samples"] = []
@@ -117,10 +138,11 @@ def no_samples(path):
 @pytest.mark.parametrize("damage, phrases", [
     (corrupt, ["not readable JSON", "truncated or corrupt", "Restore"]),
     (foreign, ["not a fastpath speed history", "foreign"]),
-    (old_version, ["format_version 99", "this suite reads 1"]),
+    (old_version, ["format_version 99", "this suite reads 1 and 2"]),
     (hand_edited, ["does not match its samples", "edited by hand"]),
     (no_samples, ["'samples' is empty"]),
-], ids=["truncated", "foreign", "format-version", "hand-edited", "empty-samples"])
+    (no_versions, ["night 0 lacks its versions", "a change of versions could not be seen", "Restore"]),
+], ids=["truncated", "foreign", "format-version", "hand-edited", "empty-samples", "no-versions"])
 def test_a_bad_history_is_refused_naming_the_fix(tmp_path, damage, phrases):
     history = tmp_path / "h.json"
     append(history, [run_file(tmp_path / "a.json", {"a": 0.4}, "2026-11-01T03:17:00+00:00")])
@@ -357,3 +379,120 @@ def test_each_statistical_history_spends_its_share_of_the_suites_alpha(tmp_path,
     assert "--statistical-histories" in capsys.readouterr().err
     assert main(["check", str(history), str(counts), str(history), str(counts),
                  "--statistical-histories", "4"]) == 0
+
+
+def across_a_bump(folder, step: float, bumped: str = BUMPED, before: int = 20, after: int = 4):
+    """A history of `before` nights on KEY, then `after` nights on `bumped` (the same machine, torch 2.15.0), each
+    appended with the command line; point p has 0.3% night-to-night noise (seeded) and `step` more from the bump
+    on, point other is steady."""
+    folder.mkdir(exist_ok=True)
+    levels = np.exp(np.random.default_rng(5).normal(0.0, 0.003, before + after))
+    levels[before:] *= 1 + step
+    history = folder / "history.json"
+    for i, level in enumerate(levels):
+        run = run_file(folder / f"run{i}.json", {"p": float(level), "other": 0.5},
+                       f"2026-11-{i + 1:02d}T03:17:00+00:00", commit=f"{i + 1:040x}", key=bumped if i >= before else KEY)
+        assert main(["append", str(history), str(run)]) == 0
+    return history
+
+
+@pytest.mark.parametrize("step, code", [
+    pytest.param(0.06, 1, id="6%-step-at-the-bump-is-flagged"),
+    pytest.param(0.0, 0, id="no-step-at-the-bump-passes"),
+])
+def test_a_history_across_a_torch_bump_is_appended_and_judged(tmp_path, capsys, step, code):
+    """Tonight's torch is 2.15.0, the history's nights 2.14.1, on the same machine: the night is appended (it was
+    refused, and every night after it failed), the bump is an event on the history, the summary and the page; a 6%
+    step at the bump is flagged and names the versions that changed as its likely cause; no step passes. The rule
+    judges the bump night as any night: the same nights with no change of versions get the same verdicts."""
+    from harness.nightly.changes import check_history
+
+    history = across_a_bump(tmp_path / "bump", step)
+    appended = capsys.readouterr().out
+    assert appended.count("versions changed on this night: torch 2.14.1 -> 2.15.0") == 1, appended
+    h = load_history(history)
+    bump = h.nights[20]
+    assert h.machine_key == MACHINE and len(h.nights) == 24 and bump.versions["torch"] == "2.15.0"
+    assert [(i, changed) for i, _, changed in h.version_changes()] == [(20, ["torch 2.14.1 -> 2.15.0"])]
+    out = tmp_path / "out"
+    assert main(["check", str(history), "--out", str(out)]) == code
+    alarms = json.loads((out / "alarms.json").read_text())
+    summary, page = (out / "summary.md").read_text(), (out / "index.html").read_text()
+    assert "### Versions changed" in summary and f"(night {bump.id}, commit {bump.commit[:10]}): torch 2.14.1 -> " \
+        "2.15.0" in summary, summary
+    assert 'class="versions"' in page and "versions changed: torch 2.14.1 -&gt; 2.15.0" in page
+    assert "Versions changed" in page
+    if step:
+        assert [(a["point"], a["began"], a["versions"]) for a in alarms] == [("p", bump.id,
+                                                                             ["torch 2.14.1 -> 2.15.0"])], alarms
+        [line] = [line for line in summary.splitlines() if line.startswith("- **p**")]
+        assert "slower since 2026-11-21" in line and "the versions changed that night: torch 2.14.1 -> 2.15.0 " \
+            "(its likely cause)" in line, line
+    else:
+        assert alarms == [] and "No slowdown open" in summary, summary
+    twin = load_history(across_a_bump(tmp_path / "twin", step, bumped=KEY))
+    assert twin.version_changes() == [] and [n.id for n in twin.nights] == [n.id for n in h.nights]
+
+    def verdicts(reports):
+        return [(r.point, r.trace.status, [(e.kind, e.rule, e.began, e.alarmed, e.change) for e in r.trace.events])
+                for r in reports]
+
+    assert verdicts(check_history(h)) == verdicts(check_history(twin))
+
+
+def test_a_format_1_history_is_read_as_format_2_and_goes_on_across_a_bump(tmp_path):
+    """A history written before a night kept its versions (format 1: one device key, versions included, for the
+    whole file) is read as format 2: the key's machine part is the machine, each night's versions its own key's (or
+    the file's, where a night names none); tonight's torch bump is appended, and the file is written as format 2."""
+    history = nightly(tmp_path, STEADY[:3])
+    data = json.loads(history.read_text())
+    for night in data["nights"]:
+        del night["versions"]
+    del data["nights"][0]["machine"]["device_key"]
+    del data["machine_key"]
+    history.write_text(json.dumps({**data, "format_version": 1, "device_key": KEY}))
+    h = load_history(history)
+    assert h.machine_key == MACHINE
+    assert [n.versions for n in h.nights] == [{"omnivoice": "0.2.1", "torch": "2.14.1"}] * 3
+    bumped = run_file(tmp_path / "bumped.json", {"p": 1.0}, "2026-11-04T03:17:00+00:00", commit="b" * 40, key=BUMPED)
+    h, added = append(history, [bumped])
+    assert added and json.loads(history.read_text())["format_version"] == 2
+    assert [changed for _, _, changed in load_history(history).version_changes()] == [["torch 2.14.1 -> 2.15.0"]]
+
+
+@pytest.mark.parametrize("key, machine, versions", [
+    ("cpu-amd-epyc-avx2-2c-2t__torch-2.14.1-cu130__omnivoice-0.2.1", "cpu-amd-epyc-avx2-2c-2t",
+     {"torch": "2.14.1-cu130", "omnivoice": "0.2.1"}),
+    ("cuda-nvidia-h200__torch-2.15.0-cu130__omnivoice-0.2.1", "cuda-nvidia-h200",
+     {"torch": "2.15.0-cu130", "omnivoice": "0.2.1"}),
+    ("callgrind-3.19.0-avx2__torch-2.14.1__omnivoice-0.2.1", "callgrind-avx2",
+     {"valgrind": "3.19.0", "torch": "2.14.1", "omnivoice": "0.2.1"}),
+    ("callgrind-3.19.0-amd-avx2__torch-2.14.1__omnivoice-0.2.1", "callgrind-avx2",  # the older form, with a vendor
+     {"valgrind": "3.19.0", "torch": "2.14.1", "omnivoice": "0.2.1"}),
+    ("structure__torch-2.14.1__omnivoice-0.2.1", "structure", {"torch": "2.14.1", "omnivoice": "0.2.1"}),
+], ids=["cpu", "gpu", "instructions", "instructions-older-form", "structure"])
+def test_a_device_key_splits_into_its_machine_and_its_versions(key, machine, versions):
+    from harness.nightly.history import split_key
+    from harness.run.machine import device_key, hardware_key, machine_info
+
+    assert split_key(key) == (machine, versions)
+    info = machine_info("cpu")
+    assert split_key(device_key(info))[0] == hardware_key(info), "the machine is not the key's hardware part"
+
+
+def test_the_instruction_counts_of_a_history_across_a_bump_keep_each_nights_key(tmp_path):
+    """`counts instructions` reads the runs of a history of counts: each night under its own key (torch 2.14.1,
+    then 2.15.0), not one key for the file."""
+    from harness.counts import instructions
+
+    old = "callgrind-3.19.0-avx2__torch-2.14.1__omnivoice-0.2.1"
+    new = "callgrind-3.19.0-avx2__torch-2.15.0__omnivoice-0.2.1"
+    history = tmp_path / "instructions.json"
+    for day, key in ((1, old), (2, new)):
+        run = tmp_path / f"run{day}.json"
+        data = instructions.run_file({"counts": {"a/stock": 1000 + day}, "key": key,
+                                      "machine": {"cpu_model": "Test CPU"}}, "test")
+        run.write_text(json.dumps({**data, "created_utc": f"2026-11-0{day}T03:17:00Z"}))
+        append(history, [run])
+    assert [changed for _, _, changed in load_history(history).version_changes()] == [["torch 2.14.1 -> 2.15.0"]]
+    assert [run["key"] for run in instructions.load_runs([history])] == [old, new]

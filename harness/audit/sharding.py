@@ -195,8 +195,8 @@ def render_results(figures: dict) -> str:
     lines += [f"- differs: `{d[0]}`: serial {d[1]}, sharded {d[2]}" for d in figures["differ"][:20]]
     lines += ["", "Each run from a cold cache (an empty FASTPATH_CACHE: the test checkpoint, the espeak clips and the "
                   "judges' caches built again, as on a fresh clone after its install), one after the other: one run "
-                  "each, on a shared machine where wall time moves 3-20% between runs, so the speedup is this pair's, "
-                  "not a bound."]
+                  "each, on a shared machine where wall time moves between runs (the nightly history's noise table), "
+                  "so the speedup is this pair's, not a bound."]
     return "\n".join(lines) + "\n"
 
 

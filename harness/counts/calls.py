@@ -132,7 +132,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--points", nargs="+", default=None,
                         help="counting points (fixtures/points.json 'counts'; default: all)")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
-    parser.add_argument("--out", type=Path, default=None, help="write the run file (for `history append`)")
+    parser.add_argument("--out", type=Path, default=None, help="write the run file (for `nightly append`)")
 
 
 def nothing():

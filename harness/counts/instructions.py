@@ -277,7 +277,7 @@ def count(points: list, variants: list, keep: Path | None = None, quiet: bool = 
 
 
 def run_file(measured: dict, command: str) -> dict:
-    """A speed-baseline-format run file of the counts (metric "instructions"), which `history append` takes."""
+    """A speed-baseline-format run file of the counts (metric "instructions"), which `nightly append` takes."""
     from harness.speed.baselines import FORMAT, FORMAT_VERSION, git_commit
 
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "device_key": measured["key"],
@@ -335,7 +335,8 @@ def load_runs(paths: list) -> list:
                 nights = history.load_history(path).nights
             except history.HistoryError as err:
                 raise InstructionsError(str(err)) from None
-            pieces = [(data.get("device_key"), n.points, n.machine, f"{path} (night {n.id})") for n in nights]
+            pieces = [(n.machine.get("device_key") or data.get("device_key"), n.points, n.machine,
+                       f"{path} (night {n.id})") for n in nights]  # each night's own key: versions move
         elif found == results.FORMAT and data.get("kind") == "instructions":
             figures = data.get("figures") or {}
             pieces = [(figures.get("key"), {name: {"metric": METRIC, "samples": [n]}

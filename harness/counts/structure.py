@@ -131,7 +131,7 @@ def device_key() -> str:
 
 def run_file(counts: dict, command: str) -> dict:
     """A speed-baseline-format run file (metric "ops": the operator calls; the other counters in `extra`), which
-    `history append` takes."""
+    `nightly append` takes."""
     from harness.run.machine import machine_info
     from harness.speed.baselines import FORMAT, FORMAT_VERSION, git_commit
 

@@ -4,6 +4,8 @@
     fastpath-suite gate path/to/omnivoice-X.whl      # or a fork's wheel: any distribution that installs omnivoice/
     fastpath-suite gate path/to/source-folder        # a folder holding omnivoice/
     fastpath-suite gate lahgtna-omnivoice==0.1.5     # a fork from the index, named in the verdict by its distribution
+    fastpath-suite gate git+https://github.com/k2-fsa/OmniVoice@master   # upstream's master, installed as pip would
+    fastpath-suite gate path/to/OmniVoice-checkout   # a checkout (pyproject.toml): pip builds it as it is
 
 (`python -m harness.gate.gate ...` is the same.)
 
@@ -12,23 +14,26 @@ Checks, in order, each with a status: pass, changed-as-expected, changed, fail o
 
 | check | measures | blocks the bump when |
 |---|---|---|
-| install | the candidate installs the omnivoice package (found by the package, whatever the distribution is called) and `omnivoice.models.omnivoice` imports | never: when it does not, there is no verdict (COULD NOT RUN, exit 2, pip's or the import's message in the row) and every later check skips |
+| install | the candidate installs the omnivoice package (found by the package, whatever the distribution is called; a git URL or a checkout built by pip, its declared requirements installed, its commit recorded) and `omnivoice.models.omnivoice` imports | it does not (the candidate is broken: MUST NOT SHIP, exit 1, state could-not-run, pip's or the import's message in the row; every later check skips). Where the source could not be reached (index, git host), the gate could not judge: exit 2 |
 | api | the public functions (no private part in the path or name) of the --against version's package that the candidate's lacks (package fingerprints) | never: its own line of the verdict, expected for a downgrade, a WARNING naming each function for an upgrade; a test that needs one is "not applicable" to the candidate (harness.run.strict.not_applicable), counted and named in the verdict (`not_applicable`), never blocking |
 | fingerprints | AST fingerprint of every upstream name a patch relies on, vs the `--against` version's source; and of every function of the package, each changed one marked by the behaviour grid's call trace (on the generation path; relied on by patches, directly or transitively); a unified diff per changed one in OUT/fingerprints/ | a relied-on name changed to a fingerprint not recorded as known to work in fastpath/fingerprints.json ("changed": review the diff, and record it only once parity passes); other changed functions are reported, and the behaviour check decides |
 | behaviour | stock generation over harness.gate.behaviour.GRID (every mode and sampler branch; per-step logits, scores, predicted tokens, unmasking order, final tokens, target lengths, waveform), recorded in both versions' environments in this job and compared bit for bit | any difference not accepted by name (`--accept SETTING=REASON`, recorded in the verdict), a setting that raised in one version only included. A setting that raised in both is not compared, and there is no verdict: ERROR, or INCOMPLETE where behaviour.CANNOT_RUN says it cannot run on this device |
 | goldens | stock output on the tiny checkpoint vs fixtures/goldens/<version>.json, per operating point | never: the record for versions that can no longer be installed |
-| parity | the parity tier (pytest tests_parity) run in the candidate's env, the candidate's fingerprints accepted as under review (FASTPATH_REVIEWED_UPSTREAM; never the blanket override, which would flip tests that assert a refusal), and in the --against env to compare skips | any test fails or errors, or a test that passes on the --against version skips on the candidate (named; a test "not applicable" to the candidate, which lacks the API it checks, is named and never blocks); skips are compared only with a healthy --against run (exit 0, a test passed), else the check is "error" (ERROR, its log named) |
+| parity | the parity tier (pytest tests_parity; with --device cuda its CPU rows and its CUDA rows, -m cuda, each run once) run in the candidate's env, the candidate's fingerprints accepted as under review (FASTPATH_REVIEWED_UPSTREAM; never the blanket override, which would flip tests that assert a refusal), and in the --against env to compare skips | any test fails or errors, or a test that passes on the --against version skips on the candidate (named; a test "not applicable" to the candidate, which lacks the API it checks, is named and never blocks); skips are compared only with a healthy --against run (exit 0, a test passed), else the check is "error" (ERROR, its log named) |
 | work | exact work counters (FLOPs, LLM calls and positions, head rows, ...) of stock and of the lossless stack on the tiny checkpoint, in both environments, same job | the stack's share of stock's work (stack / stock, per counter) grows by more than WORK_SLACK; where stock does none of a work, the stack does more of it than before or than stock (work_lost) |
 | rtf | optional interleaved RTF on tiny (`--rtf-rounds N`) | never (noisy, informational) |
 | quality-set | with `--quality-set PATH` (a Seed-TTS-eval meta.lst or its folder, or a LibriSpeech-PC list: harness.quality.sets): every item generated in both environments (`harness.quality.clone_run`: the real checkpoint with the lossless stack, or `--quality-synth espeak`, the offline stand-in that checks the gate itself), into OUT/quality-set/<side>/<id>.wav, then judged item by item against the item's own prompt (WER in its language, SIM to its prompt's audio, MOS) with the quality gate's paired statistics, candidate against --against | the candidate is not shown non-inferior on every metric (a listening pack in OUT/quality-set/pack/). Given a set, the verdict needs it (Check.required): without a real checkpoint (synth omnivoice) it is INCOMPLETE, a language the WER judge cannot hear "not judged" (INCOMPLETE, the fix named); without a set it is skipped and changes nothing |
 | quality | tests_quality's real-weights tier, when a real checkpoint is given (--checkpoint, FASTPATH_CHECKPOINT or the Hugging Face cache) | a test fails. With a real checkpoint the verdict needs it (Check.required): a run that raised or timed out is ERROR, one whose every test skipped INCOMPLETE (the first skip's reason named); without one it is skipped and changes nothing |
 
-Exit status: 0 the bump may ship, 1 it must not, 2 the gate could not run (a bad candidate name or path, no index;
-COULD NOT RUN: the candidate does not install or import, pip's or the import's message in the install row; ERROR: a
-needed check raised or timed out, or the parity check's --against run was broken, the reason in its row), 3
-INCOMPLETE: a needed check (fingerprints, behaviour, parity, work; quality when it runs on a real checkpoint) was
-skipped, run on a part (--parity-k) or left out (--checks), so there is no verdict. An informational check
-(goldens, rtf, quality without a real checkpoint) that could not run is reported as "error" and changes nothing.
+Exit status, whose the finding is (EXIT; the verdict's `exit_status`): 0 MAY SHIP; 1 MUST NOT SHIP, the candidate's:
+a check that ran found it worse, or it does not install or import (state could-not-run, pip's or the import's
+message in the install row); 2 ERROR, the gate's own: it could not judge (a needed check raised or timed out, the
+parity check's --against run was broken, the --against version does not install or import, the index or the git
+host could not be reached, a bad command line or candidate name: no verdict on the candidate, rerun once the cause
+is fixed); 3 INCOMPLETE, not judged: a needed check (fingerprints, behaviour, parity, work; quality when it runs on a
+real checkpoint) was skipped, run on a part (--parity-k) or left out (--checks), or with --device cuda the CUDA
+parity rows could not run here. An informational check (goldens, rtf, quality without a real checkpoint) that could
+not run is reported as "error" and changes nothing.
 The verdict is read from the checks' fields (Check.status, .blocks, .complete, .required), never from their
 summaries.
 Writes OUT/verdict.json, OUT/verdict.md and each step's log; with `--results DIR` also a "gate" results file
@@ -69,6 +74,19 @@ BLOCKING = ("fingerprints", "behaviour", "parity", "work")  # without all four t
 WORK_SLACK = 0.01  # the stack's work / stock's may grow this much (relative) before the bump is refused
 WORK_POINTS = ("clone6-medium-32", "auto-short-10")  # speed points: a voice clone at 32 steps, a short auto voice
 COUNTERS = ("flops", "llm_calls", "llm_positions", "head_rows", "embedded_positions", "reference_encodes")
+# exit status per verdict state, read as whose the finding is: 0 pass; 1 the candidate's (a check found it worse, or it
+# does not install or import); 2 the gate's own (it could not judge: ERROR, and every failure to start); 3 not judged
+EXIT = {"may-ship": 0, "must-not-ship": 1, "could-not-run": 1, "error": 2, "incomplete": 3}
+GATE_ERROR = EXIT["error"]  # also argparse's status for a bad command line
+EXIT_HELP = """exit status (whose the finding is):
+  0  MAY SHIP: every needed check ran whole and none blocks
+  1  MUST NOT SHIP, the candidate's fault: a check that ran found it worse, or it does not install or import
+     (pip's or the import's message in the install row; verdict state could-not-run)
+  2  ERROR, the gate's own: it could not judge (a needed check raised or timed out, a comparison run was broken,
+     the --against version does not install or import, the index or git host could not be reached, a bad command
+     line or candidate name); no verdict on the candidate: fix the cause and rerun
+  3  INCOMPLETE, not judged: a needed check was left out (--checks), skipped, run on a part (--parity-k), or with
+     --device cuda the CUDA parity rows cannot run on this machine"""
 
 
 @dataclass
@@ -371,9 +389,9 @@ def rule_quality(result: dict | None, reason: str = "", required: bool = False) 
 
 
 def verdict(checks: list) -> dict:
-    """From the checks' fields alone (status, blocks, complete, required; never their summaries): COULD NOT RUN
-    when the candidate did not install or import (the install check's status is not "pass": no check ran on it,
-    exit 2); else ship only when nothing blocks and every needed check ran whole: the BLOCKING ones, and any marked
+    """From the checks' fields alone (status, blocks, complete, required; never their summaries): could-not-run
+    when the candidate did not install or import (the install check's status is not "pass": no check ran on it; the
+    candidate is broken, MUST NOT SHIP, exit 1); else ship only when nothing blocks and every needed check ran whole: the BLOCKING ones, and any marked
     required (the quality check when a real checkpoint was given). A needed check left out, skipped or run on a
     part (complete False) makes the verdict INCOMPLETE (no answer), unless something already blocks; a needed check
     that could not run (status "error": it raised, timed out, or its comparison run was broken) makes it ERROR (no
@@ -381,9 +399,10 @@ def verdict(checks: list) -> dict:
     changes nothing."""
     ran = {c.name: c for c in checks}
     install = ran.get("install")
-    if install is not None and install.status != "pass":
-        return {"ship": False, "state": "could-not-run", "blocked_by": [], "not_run": [], "errors": ["install"],
-                "reason": install.summary.removeprefix("could not run: "), "checks": [asdict(c) for c in checks]}
+    if install is not None and install.status != "pass":  # the candidate is broken: no check ran on it
+        return {"ship": False, "state": "could-not-run", "blocked_by": ["install"], "not_run": [], "errors": [],
+                "reason": install.summary.removeprefix("could not run: "), "checks": [asdict(c) for c in checks],
+                "exit_status": EXIT["could-not-run"]}
     blocking = [c.name for c in checks if c.blocks]
     needed = list(BLOCKING) + [c.name for c in checks if c.required and c.name not in BLOCKING]
     errors = [n for n in needed if n in ran and ran[n].status == "error"]
@@ -391,7 +410,7 @@ def verdict(checks: list) -> dict:
     state = ("must-not-ship" if blocking else "error" if errors else "incomplete" if missing else "may-ship")
     api = ran.get("api")
     return {"ship": state == "may-ship", "state": state, "blocked_by": blocking, "not_run": missing,
-            "errors": errors, "reason": None, "checks": [asdict(c) for c in checks],
+            "errors": errors, "reason": None, "checks": [asdict(c) for c in checks], "exit_status": EXIT[state],
             "not_applicable": [{"check": c.name, "test": t, "reason": r} for c in checks for t, r in c.not_applicable],
             "api": None if api is None or api.status == "pass" else {"status": api.status, "summary": api.summary,
                                                                       "missing": list(api.details)}}
@@ -569,22 +588,95 @@ def tier_environment(env, version: str) -> dict:
     return {fingerprints.ENV_REVIEWED: fingerprints.review_value(found, version)}
 
 
-def parity_args(select: str | None = None) -> list:
-    """The parity tier as the default run selects it (`pytest tests_parity`), or the -k subset."""
-    return ["tests_parity"] + (["-k", select] if select else [])
+def parity_args(select: str | None = None, marks: str | None = None) -> list:
+    """One pytest run of the parity tier: as the default run selects it (`pytest tests_parity`), or the rows `-m
+    marks` selects, and the -k subset."""
+    return ["tests_parity"] + (["-m", marks] if marks else []) + (["-k", select] if select else [])
+
+
+def parity_runs(select: str | None = None, device: str = "cpu") -> dict:
+    """{log name: pytest args} of the parity check. On the CPU the default run's selection. With --device cuda the
+    patches a GPU service runs are checked too: the CPU rows (-m "not cuda") and the CUDA rows (-m cuda, which asks
+    for them: a machine without CUDA cannot leave them out quietly), each row run once."""
+    if device != "cuda":
+        return {"parity": parity_args(select)}
+    return {"parity": parity_args(select, "not cuda"), CUDA_RUN: parity_args(select, "cuda")}
+
+
+CUDA_RUN = "parity-cuda"
+CUDA_PROBE = ("import json; from harness.model.devices import cuda_problem; "
+              "print(json.dumps({'problem': cuda_problem()}))")
+
+
+def cuda_problem_in(env) -> str | None:
+    """Why CUDA is not usable in an environment (harness.model.devices.cuda_problem, run there: a candidate may bring
+    its own torch), or None."""
+    done = env.run(["-c", CUDA_PROBE], timeout=600)
+    if done.returncode != 0:
+        raise GateStepError(f"could not ask {env.python} whether CUDA is usable: {done.stderr.strip()[-1000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])["problem"]
+
+
+def merge_runs(results: list) -> dict:
+    """One parity result (parse_junit) of several pytest runs: counts added, lists joined, the first failing exit
+    status (5, nothing selected, counts as none: a run that selected nothing adds nothing)."""
+    merged = {"returncode": next((r["returncode"] for r in results if r["returncode"] not in (0, 5)), 0), "passed": 0}
+    for key in ("passed_tests", "failed", "errors", "skipped", "not_applicable"):
+        merged[key] = [x for r in results for x in r.get(key, ())]
+    merged["passed"] = sum(r["passed"] for r in results)
+    if all(r["returncode"] == 5 for r in results):
+        merged["returncode"] = 5
+    return merged
+
+
+def rule_cuda_rows(check: Check, problem: str | None, cuda: dict | None) -> Check:
+    """The parity check with --device cuda: `check` judged the CPU and CUDA rows together (rule_parity); problem: why
+    CUDA is not usable here (the CUDA rows were then not run); cuda: the candidate's CUDA run alone (parse_junit).
+    The CUDA rows are needed: where they could not run, or none of them ran (every one skipped), the check is not
+    judged (skipped, not complete: INCOMPLETE), never a pass; a finding of the rows that ran still blocks, and an
+    error stays one."""
+    if check.blocks or check.status == "error":
+        if problem:
+            check.details.append(f"the CUDA parity rows did not run: {problem}")
+        return check
+    if problem:
+        why = f"the CUDA parity rows (--device cuda: pytest tests_parity -m cuda) cannot run here: {problem}"
+    elif not cuda or not cuda["passed"]:
+        skipped = (cuda or {}).get("skipped") or []
+        why = ("no CUDA parity row ran (-m cuda)"
+               + (f": every one skipped, the first: {skipped[0][0]}: {skipped[0][1]}" if skipped else ""))
+    else:
+        check.summary += f"; CPU and CUDA rows ({cuda['passed']} CUDA rows passed)"
+        return check
+    return Check("parity", "skipped", False, f"not judged: {why}; the CPU rows: {check.summary}",
+                 check.details + [f"not judged: {why}"], complete=False, not_applicable=check.not_applicable)
 
 
 def check_parity(env, out: Path, select: str | None = None, version: str = "candidate", against=None,
-                 against_version: str = "against") -> Check:
+                 against_version: str = "against", device: str = "cpu") -> Check:
     """The parity tier in the candidate's environment; with `against`, also in that one, so that a test which
-    passes there and skips on the candidate is named and blocks."""
-    result = run_pytest(env, parity_args(select), out, "parity", tier_environment(env, version))
+    passes there and skips on the candidate is named and blocks. With device cuda also the CUDA rows
+    (parity_runs), in both environments, where CUDA is usable in both (rule_cuda_rows)."""
+    runs = parity_runs(select, device)
+    problem = None
+    if CUDA_RUN in runs:
+        problems = {side: cuda_problem_in(e) for side, e in (("candidate", env), ("against", against)) if e is not None}
+        said = {side: p for side, p in problems.items() if p}
+        problem = (next(iter(said.values())) if len(said) == len(problems) and len(set(said.values())) == 1
+                   else "; ".join(f"{side}: {p}" for side, p in said.items()) or None)
+        if problem:
+            runs.pop(CUDA_RUN)
+    found = {name: run_pytest(env, args, out, name, tier_environment(env, version)) for name, args in runs.items()}
+    result = merge_runs(list(found.values()))
     base = None
     if against is not None:
-        base = run_pytest(against, parity_args(select), out, "parity-against", tier_environment(against,
+        base = merge_runs([run_pytest(against, args, out, f"{name}-against", tier_environment(against,
                                                                                                  against_version))
-        base.update(version=against_version, log=str(out / "parity-against.log"))
+                           for name, args in runs.items()])
+        base.update(version=against_version, log=", ".join(str(out / f"{name}-against.log") for name in runs))
     check = rule_parity(result, base)
+    if device == "cuda":
+        check = rule_cuda_rows(check, problem, found.get(CUDA_RUN))
     if select:
         check.complete = False
         check.summary += f" (only the tests -k {select!r} selects)"
@@ -782,7 +874,9 @@ def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, r
     log(f"environment 1/2: {candidate_text}")
     try:
         env, ours = cand.prepare(cand.parse_spec(candidate_text), fresh=fresh), None
-    except cand.CandidateError as err:  # it does not install: the installer's message, and no verdict on the bump
+    except cand.CandidateError as err:  # it does not install: the installer's message; the candidate is broken
+        if err.gate_side:  # the source could not be reached (or a tool is missing): the gate could not judge
+            raise
         env, ours = None, {"ok": False, "error": str(err), "traceback": ""}
     log(f"environment 2/2: {against_text}, {clock(time.perf_counter() - start)} elapsed")
     against = cand.prepare(cand.parse_spec(against_text), fresh=fresh)
@@ -795,14 +889,18 @@ def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, r
         theirs = dict(zip(("distribution", "version"), against.distribution()))
     versions = (ours.get("version", "?"), theirs["version"])
     names = (ours.get("distribution", "omnivoice") if ours["ok"] else None, theirs.get("distribution", "omnivoice"))
+    # what a fingerprint or goldens record of the candidate is filed under: a commit of upstream's master still says
+    # its last release's version, and must not be recorded as that release
+    recorded_as = (commit_label(versions[0], env.source.get("commit")) if env is not None else versions[0], versions[1])
     results = []
     if not ours["ok"]:
         results.append(could_not_run(candidate_text, ours, installed=env is not None))
         results += [Check(n, "skipped", False, "skipped: the candidate could not be installed or imported")
                     for n in checks]
     else:
-        results.append(Check("install", "pass", False, f"{names[0]} {versions[0]} installs the omnivoice package, "
-                                                       f"which imports from {env.site}", list(env.notes)))
+        results.append(Check("install", "pass", False, f"{names[0]} {versions[0]}{at_commit({'source': env.source})} "
+                                                       f"installs the omnivoice package, which imports from {env.site}",
+                             list(env.notes) + source_lines(env.source)))
         try:  # what a user of the candidate meets whatever the checks find: its own line of the verdict
             results.append(check_api(env, against, versions, names))
         except Exception as err:  # noqa: BLE001 - reported, never a finding
@@ -817,11 +915,11 @@ def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, r
 
         steps = {
             "fingerprints": lambda: check_fingerprints(
-                env, against, versions, out,
+                env, against, recorded_as, out,
                 list(behaviour_records().values()) if "behaviour" in checks else None),
             "behaviour": lambda: check_behaviour(behaviour_records(), versions, accepted or {}),
-            "goldens": lambda: check_goldens(env, versions, out),
-            "parity": lambda: check_parity(env, out, parity_select, versions[0], against, versions[1]),
+            "goldens": lambda: check_goldens(env, recorded_as, out),
+            "parity": lambda: check_parity(env, out, parity_select, versions[0], against, versions[1], device),
             "work": lambda: check_work(env, against, versions, out),
             "rtf": lambda: check_rtf(env, against, rtf_rounds, out) if rtf_rounds else rule_rtf([], []),
             "quality-set": lambda: check_quality_set(env, against, quality_set, quality_synth, checkpoint, out,
@@ -848,9 +946,10 @@ def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, r
     report = verdict(results)
     report.update({
         "candidate": {"spec": candidate_text, "distribution": names[0], "version": versions[0],
-                      "python": str(env.python) if env is not None else None},
+                      "python": str(env.python) if env is not None else None,
+                      "source": env.source if env is not None else {}},
         "against": {"spec": against_text, "distribution": names[1], "version": versions[1],
-                    "python": str(against.python)},
+                    "python": str(against.python), "source": against.source},
         "environment": {**gold.environment(), "omnivoice": None, "machine": machine.summary()},
         "command": command,
         "accepted": accepted or {},
@@ -861,13 +960,30 @@ def run_gate(candidate_text: str, against_text: str, out: Path, checks=CHECKS, r
     return report
 
 
+def source_lines(source: dict) -> list:
+    """The install row's account of where the candidate came from (candidate.source_record)."""
+    if not source.get("kind"):
+        return []
+    where = {"git": lambda: f"from {source.get('url')} at {source.get('ref') or 'HEAD'}: commit {source.get('commit')}",
+             "checkout": lambda: (f"from the checkout {source.get('path')}: commit {source['commit']}"
+                                  + (", with uncommitted changes" if source.get("dirty") else ", clean")
+                                  if source.get("commit") else f"from {source.get('path')} (not a git checkout)")}
+    lines = [where[source["kind"]]()] if source["kind"] in where else []
+    lines.append(f"{source['distribution']} {source['version']} as pip installed it ({source['spec']}); declares "
+                 + (", ".join(source.get("requires") or []) or "no requirements")
+                 + (f"; installed into its venv: {', '.join(source['installed_requirements'])}"
+                    if source.get("installed_requirements") else "; each met by this environment"))
+    return lines
+
+
 def could_not_run(candidate_text: str, found: dict, installed: bool) -> Check:
-    """The install check of a candidate that did not install (pip's message) or import (the traceback's end)."""
+    """The install check of a candidate that did not install (pip's message) or import (the traceback's end): it
+    ran, and the candidate failed it (the gate's own failures to reach a source never get here: gate_side)."""
     lines = [ln for ln in found["error"].splitlines() if ln.strip()]
     said = next((ln.strip() for ln in lines if ln.lstrip().startswith("ERROR")), lines[0] if lines else "no message")
     what = "does not import" if installed else "does not install"
     details = found["traceback"].splitlines()[-15:] if found["traceback"] else lines
-    return Check("install", "error", False, f"could not run: {candidate_text} {what}: {said}", details)
+    return Check("install", "fail", True, f"could not run: {candidate_text} {what}: {said}", details)
 
 
 def name_of(side: dict) -> str:
@@ -875,12 +991,30 @@ def name_of(side: dict) -> str:
     it did not install)."""
     if "distribution" not in side:  # reports from before forks were named
         return f"omnivoice {side['version']}"
-    return f"{side['distribution']} {side['version']}" if side["distribution"] else side["spec"]
+    return f"{side['distribution']} {side['version']}{at_commit(side)}" if side["distribution"] else side["spec"]
+
+
+def commit_label(version: str, commit: str | None) -> str:
+    """The version a candidate built from a commit is recorded under: '0.2.1+g0123456789ab' (a PEP 440 local
+    version; '0.2.1+floor.g0123456789ab' where it has one), so that upstream's master, which still says 0.2.1, is
+    never recorded as the 0.2.1 release; a release's own version otherwise."""
+    if not commit:
+        return version
+    return f"{version}{'.' if '+' in version else '+'}g{commit[:12]}"
+
+
+def at_commit(side: dict) -> str:
+    """' at commit 0123456789ab' (a git candidate, or a checkout: ' (uncommitted changes)' where its tree differs
+    from it), or '' for a release."""
+    source = side.get("source") or {}
+    if not source.get("commit"):
+        return ""
+    return f" at commit {source['commit'][:12]}" + (" (with uncommitted changes)" if source.get("dirty") else "")
 
 
 def headline(report: dict) -> str:
     if report["state"] == "could-not-run":
-        return f"COULD NOT RUN (no verdict on the bump): {report['reason']}"
+        return f"MUST NOT SHIP (the candidate is broken, no check could run on it): {report['reason']}"
     if report["state"] == "must-not-ship":
         return f"MUST NOT SHIP (blocked by: {', '.join(report['blocked_by'])})"
     if report["state"] == "error":
@@ -951,7 +1085,7 @@ def render_verdict(report: dict) -> str:
 def results_figures(report: dict) -> dict:
     """The gate's results-file figures: the verdict and one row per check (details stay in OUT/verdict.*)."""
     return {
-        **{side: {k: report[side][k] for k in ("spec", "distribution", "version") if k in report[side]}
+        **{side: {k: report[side][k] for k in ("spec", "distribution", "version", "source") if k in report[side]}
            for side in ("candidate", "against")},
         "state": report["state"], "blocked_by": report["blocked_by"], "not_run": report["not_run"],
         "errors": report["errors"], "reason": report.get("reason"), "accepted": report.get("accepted", {}),
@@ -1005,8 +1139,8 @@ def render_results(figures: dict) -> str:
         found = figures[which]
         if "distribution" not in found:
             return f"{before}`{found['version']}` (`{found['spec']}`)"
-        return (f"{found['distribution']} `{found['version']}` (`{found['spec']}`)" if found["distribution"]
-                else f"`{found['spec']}`")
+        return (f"{found['distribution']} `{found['version']}`{at_commit(found)} (`{found['spec']}`)"
+                if found["distribution"] else f"`{found['spec']}`")
 
     lines = [f"{side('candidate', 'omnivoice ')} against {side('against', '')}: **{headline(figures)}**; "
              f"the gate took {figures['seconds']:.0f} s.", "",
@@ -1038,11 +1172,17 @@ def _quality_metrics(text: str) -> tuple:
     return names
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown, and the exit statuses (the epilog) kept as written."""
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="fastpath-suite gate", description=__doc__.split("\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("candidate", help="omnivoice==X.Y.Z (or NAME==X.Y.Z of a fork), a path to a .whl, or a folder "
-                                          "holding omnivoice/: any distribution that installs the omnivoice package")
+    parser = argparse.ArgumentParser(prog="fastpath-suite gate", description=__doc__.split("\n")[0], epilog=EXIT_HELP,
+                                     formatter_class=HelpFormatter)
+    parser.add_argument("candidate", help="omnivoice==X.Y.Z (or NAME==X.Y.Z of a fork), a path to a .whl, git+URL@REF "
+                                          "(upstream's master: git+https://github.com/k2-fsa/OmniVoice@master), a "
+                                          "checkout folder (with a pyproject.toml), or a folder holding omnivoice/: "
+                                          "any distribution that installs the omnivoice package")
     parser.add_argument("--against", default="current",
                         help="the version to compare with: 'current' (this environment's omnivoice) or a candidate form")
     parser.add_argument("--out", type=Path, default=None,
@@ -1084,8 +1224,9 @@ def main(argv=None) -> int:
                         help="accept a reviewed behaviour change at one grid setting ('*' for all), with the reason "
                              "the verdict records; repeatable")
     parser.add_argument("--device", choices=GRID_DEVICES, default="cpu",
-                        help="where the behaviour grid runs, both versions alike (cuda: deterministic settings): the "
-                             "device your service runs on")
+                        help="the device your service runs on: where the behaviour grid runs, both versions alike "
+                             "(cuda: deterministic settings); with cuda the parity check also runs the CUDA parity "
+                             "rows (-m cuda) in both versions, and is not judged where CUDA is not usable")
     parser.add_argument("--dtype", choices=GRID_DTYPES, default="fp32",
                         help="the dtype of the behaviour grid's model (e.g. bf16 with --device cuda)")
     result_files.add_arguments(parser)
@@ -1110,7 +1251,7 @@ def main(argv=None) -> int:
                 raise FileNotFoundError(f"--mos-judge {args.mos_judge} is not a file: give utmos_state_dict.pt")
         except (sets.SetError, FileNotFoundError) as err:
             print(f"error: the gate could not run: {err}", file=sys.stderr)
-            return 2
+            return GATE_ERROR
     try:
         spec = cand.parse_spec(args.candidate)
         # absolute: the candidate's venv runs its steps in the repository, and a relative folder would be read there
@@ -1123,16 +1264,16 @@ def main(argv=None) -> int:
                           quality_synth=args.quality_synth, quality_metrics=args.quality_metrics,
                           judges={"wer": args.judge, "sim": args.sim_judge, "mos": args.mos_judge},
                           workers=args.workers, engine=args.engine, gpus=args.gpus)
-    except cand.CandidateError as err:
+    except cand.CandidateError as err:  # a bad name, an --against that does not install, a source not reached
         print(f"error: the gate could not run: {err}", file=sys.stderr)
-        return 2
-    except Exception as err:  # noqa: BLE001 - the gate could not run: exit 2 with the reason, never 1
+        return GATE_ERROR
+    except Exception as err:  # noqa: BLE001 - the gate's own failure: exit 2 with the reason, never 1
         print(f"error: the gate could not run: {type(err).__name__}: {err}", file=sys.stderr)
-        return 2
+        return GATE_ERROR
     print(render_table(report))
     print(f"\nwritten: {out / 'verdict.md'}, {out / 'verdict.json'} ({report['seconds']:.0f} s)")
     write_results(args, results_figures(report))
-    return {"may-ship": 0, "must-not-ship": 1, "error": 2, "could-not-run": 2, "incomplete": 3}[report["state"]]
+    return EXIT[report["state"]]
 
 
 if __name__ == "__main__":

@@ -329,7 +329,7 @@ def format_result(r: Bisection, good: str, bad: str) -> str:
 
 
 def command_for(good: str, bad: str, point: str, signal: str) -> str:
-    """The bisect command for a flagged night's range (what `history check` prints beside the alarm)."""
+    """The bisect command for a flagged night's range (what `nightly check` prints beside the alarm)."""
     return f"fastpath-suite nightly bisect {good} {bad} --point {point} --signal {signal}"
 
 

@@ -1,8 +1,8 @@
 """The history rule: which points got slower, when it began, and how sure the rule is, from many nights at once.
 
-Per (device key, point) the rule follows x = log(median of the night's samples), night by night, as it would have
-run on each night (online: night t uses nights <= t only, so re-running it over an old history gives the alarms
-that history would have raised):
+Per (history, point) (a history: one machine and one signal) the rule follows x = log(median of the night's
+samples), night by night, as it would have run on each night (online: night t uses nights <= t only, so re-running
+it over an old history gives the alarms that history would have raised):
 
 * **Level and noise** over the *reference*: the in-control nights of the segment since the last accepted change,
   the latest ``WINDOW`` of them. Level mu = their median; noise sigma = their standard deviation (``SCALE`` "sd":
@@ -23,7 +23,7 @@ that history would have raised):
   split evenly over the statistical histories the suite keeps (``STATISTICAL_HISTORIES``: CPU wall time, CPU
   instructions, GPU wall time; the exact counts have no noise and spend none), then over each history's points
   (Bonferroni), then over the two rules. Each history's share is fixed by that declaration, not by how many files
-  one `history check` is given (each runner checks its own). The budget is nominal under Gaussian noise;
+  one `nightly check` is given (each runner checks its own). The budget is nominal under Gaussian noise;
   `fastpath-suite nightly rates` measures what it gives on real nights (docs/results.md).
 * **When it began**: at an alarm, ruptures' Pelt (l1 cost, ``jump=1``, ``min_size=1``) on the standardised
   segment; the change began at its last breakpoint, penalty ``PELT_PENALTY`` (calibrated by simulation, same page).
@@ -33,6 +33,9 @@ that history would have raised):
   the level) is noted and fails nothing; its nights stay in the reference, so the level follows it as the window
   fills (taking it as the new level at once made every false speedup a new, short reference: measured, a cascade
   of false alarms).
+* **A change of versions** (torch, omnivoice, any recorded package: the history's nights record theirs) is judged
+  as any night: a step on the night the versions changed alarms as it would on any night, no more and no less, and
+  the event names the versions that changed that night as its likely cause (``name_causes``).
 * **After an accepted change** the nights are judged at once against the accepted level: the median of the new
   segment's nights, with the noise (and its degrees of freedom) carried from the reference before the change until
   the segment has ``MIN_NIGHTS`` nights of its own. While the noise is carried only the one-night step judges (its
@@ -53,7 +56,7 @@ from scipy import optimize, stats
 ALPHA = 0.01  # false alarms per clean night, the whole suite
 # The histories the suite judges statistically (.github/workflows/nightly.yml: the CPU runner's wall time and
 # instructions, the GPU runner's wall time): each spends ALPHA / len(STATISTICAL_HISTORIES). The exact counts spend
-# none (no noise: any change is named). A suite that keeps more says so: `history check --statistical-histories N`.
+# none (no noise: any change is named). A suite that keeps more says so: `nightly check --statistical-histories N`.
 STATISTICAL_HISTORIES = ("CPU wall time", "CPU instructions", "GPU wall time")
 MIN_NIGHTS = 5  # reference nights before the rule may alarm ("learning" before)
 WINDOW = 30  # the reference: the latest in-control nights of the segment
@@ -63,7 +66,7 @@ CUSUM_K = 0.5  # allowance, in noise units: the CUSUM is tuned to shifts of abou
 MIN_SIGMA = 0.002  # the noise is never taken below 0.2% (a point with identical nights)
 RECOVER_NIGHTS = 2  # nights in a row back within one sigma of the old level that close a slowdown
 SCALE = "sd"
-PELT_PENALTY = 4.0  # Pelt's penalty on the standardised series (l1 cost), calibrated by `history rates`
+PELT_PENALTY = 4.0  # Pelt's penalty on the standardised series (l1 cost), calibrated by `nightly rates`
 
 
 MAD_SCALE = 1.482602218505602  # MAD -> standard deviation of a normal
@@ -117,6 +120,7 @@ class Event:
     status: str = "open"  # "open", "accepted", "recovered" (slower) or "noted" (faster)
     closed: int | None = None  # the night it was accepted or recovered
     detail: list = field(default_factory=list)  # exact counts: what changed, by name ("aten.mm.default: 96 -> 100")
+    versions: list = field(default_factory=list)  # the versions that changed on the night it began: its likely cause
 
 
 @dataclass
@@ -513,7 +517,7 @@ def unjudged(history) -> list:
             if any(n.points.get(p, {}).get("metric") in NON_NEGATIVE for n in history.nights)]
 
 
-JUDGE_BUSY = "judge-busy"  # a night's label (`history append --label`): judge its wall time whatever its load says
+JUDGE_BUSY = "judge-busy"  # a night's label (`nightly append --label`): judge its wall time whatever its load says
 
 
 def busy_nights(nights: list) -> dict:
@@ -557,6 +561,17 @@ def is_statistical(history) -> bool:
                if p not in skip)
 
 
+def name_causes(trace: Trace, nights: list) -> None:
+    """Each change that began on a night whose versions differ from the night before it (the point's previous
+    night) names them (``Event.versions``: "torch 2.14.1 -> 2.15.0") as its likely cause. The change was judged as
+    any: a change of versions is neither a free pass nor a penalty."""
+    from harness.nightly.versions import changed_versions
+
+    for event in trace.events:
+        if event.began > 0:
+            event.versions = changed_versions(nights[event.began - 1].versions, nights[event.began].versions)
+
+
 def check_history(history, alpha: float = ALPHA, histories: int = len(STATISTICAL_HISTORIES)) -> list:
     """PointReport for every point of a history (but the `unjudged` ones): each with its metric's rule, the
     history's share of the suite's budget (alpha / ``histories``) split over its points judged statistically.
@@ -583,6 +598,7 @@ def check_history(history, alpha: float = ALPHA, histories: int = len(STATISTICA
             within = [within_night_sigma(n.points[name]["samples"]) for n in nights]
             rule = rule_for(metric, max(len(statistical), 1), alpha, histories)
             trace = scan(x, within, rule, accepted, frozenset(not_judged))
+        name_causes(trace, nights)
         reports.append(PointReport(point=name, metric=metric, nights=nights, x=x, trace=trace,
                                    tonight=nights[-1].id == latest, not_judged=not_judged, rule=rule,
                                    not_judged_limit=history.not_judged_limit))

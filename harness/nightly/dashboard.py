@@ -4,7 +4,9 @@ The page is a single file with everything inline (SVG plots, a few lines of scri
 so it opens from a CI artifact: what tonight was judged by (wall time, unless it ran beside competing work;
 instruction counts; exact counts), the current alarms, then per signal (one history each) one trend plot per point:
 the nightly medians, the level and the night-to-night band (level x exp(+-2 sigma)) the rule judged each night by,
-the nights a change began marked with their commits, nights not judged marked, and the machine and versions.
+the nights a change began marked with their commits, the nights the versions changed marked with what changed (an
+event on the history; a change that began that night names them as its likely cause), nights not judged marked,
+and the machine and versions.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import math
 
 from harness.nightly.changes import ALARM_KINDS, JUDGE_BUSY, STATISTICAL_HISTORIES, PointReport
 from harness.nightly.changes import WALL_METRICS as WALL
+from harness.nightly.versions import changed_versions
 
 WIDTH, HEIGHT, PAD = 760, 220, 48
 
@@ -43,7 +46,17 @@ def signal(metric: str) -> str:
     return SIGNALS.get(metric, metric)
 
 
+def cause_text(event) -> str:
+    """"; the versions changed that night: torch 2.14.1 -> 2.15.0 (its likely cause)", or nothing."""
+    return (f"; the versions changed that night: {', '.join(event.versions)} (its likely cause)"
+            if event.versions else "")
+
+
 def event_line(report: PointReport, event) -> str:
+    return event_text(report, event) + cause_text(event)
+
+
+def event_text(report: PointReport, event) -> str:
     if event.rule == "exact":
         what = "; ".join(event.detail[:6]) + (f"; and {len(event.detail) - 6} more" if len(event.detail) > 6 else "")
         how = {"slower": "more work", "faster": "less work", "changed": "a changed mix of work (more of some, less "
@@ -53,6 +66,18 @@ def event_line(report: PointReport, event) -> str:
         return f"{event.change * 100:+.1f}% at {began_text(report, event)}, accepted before any alarm"
     return (f"{abs(event.change) * 100:.1f}% {event.kind} since {began_text(report, event)}, found "
             f"{report.nights[event.alarmed].date[:10]} by the {event.rule} rule (z = {event.z:.1f})")
+
+
+def version_lines(history) -> list:
+    """One line per change of versions on the history: the night, its commit, and what changed."""
+    return [f"{night.date[:10]} (night {night.id}, commit {short(night.commit)}): {', '.join(changed)}"
+            for _, night, changed in history.version_changes()]
+
+
+def versions_now(history) -> str:
+    """The versions of the history's latest night, "torch 2.15.0, omnivoice 0.2.1, ...", or "not recorded"."""
+    versions = history.nights[-1].versions if history.nights else {}
+    return ", ".join(f"{k} {v}" for k, v in versions.items()) or "not recorded"
 
 
 def streak_text(report: PointReport) -> str:
@@ -113,9 +138,10 @@ def summary_markdown(history, reports: list) -> str:
     nights = history.nights
     alarms = [(r, e) for r in reports for e in r.trace.open]
     too_long = [r for r in reports if r.over_limit]
-    lines = [f"## Speed history ({signal(reports[0].metric) if reports else 'empty'}): {history.device_key}", "",
+    lines = [f"## Speed history ({signal(reports[0].metric) if reports else 'empty'}): {history.machine_key}", "",
              f"{len(nights)} nights, {nights[0].date[:10]} to {nights[-1].date[:10]}; tonight: commit "
-             f"{short(nights[-1].commit)}. Rule: docs/nightly.md. {budget_text(reports)}", ""]
+             f"{short(nights[-1].commit)}, versions {versions_now(history)}. Rule: docs/nightly.md. "
+             f"{budget_text(reports)}", ""]
     if alarms:
         counts = [f"{n} {what}" for n, what in (
             (sum(e.kind == "slower" for _, e in alarms), "slowdown(s)"),
@@ -154,6 +180,11 @@ def summary_markdown(history, reports: list) -> str:
         lines.append(f"| {r.point} | {number.format(last)} {r.metric} | {number.format(math.exp(level))} | {over} | "
                      f"{noise} | {prev} | {status} |" if level is not None else
                      f"| {r.point} | {number.format(last)} {r.metric} | - | - | - | {prev} | {status} |")
+    changes = version_lines(history)
+    if changes:
+        lines += ["", "### Versions changed", "", "A step on such a night is judged as any, and names them as its "
+                  "likely cause.", ""]
+        lines += [f"- {line}" for line in changes]
     past = [(r, e) for r in reports for e in r.trace.events if e.status != "open"]
     if past:
         lines += ["", "### Changes found before", ""]
@@ -204,6 +235,15 @@ def plot_svg(report: PointReport) -> str:
         out.append('<polyline class="level" points="' + " ".join(
             f"{px(i):.1f},{py(math.exp(mu)):.1f}" for i, mu in enumerate(report.trace.level) if mu is not None)
             + '"/>')
+    for i in range(1, n):
+        changed = changed_versions(report.nights[i - 1].versions, report.nights[i].versions)
+        if changed:
+            names = ", ".join(dict.fromkeys(c.split(" ")[0] for c in changed))
+            out.append(f'<line class="versions" x1="{px(i):.1f}" y1="{PAD / 2}" x2="{px(i):.1f}" '
+                       f'y2="{HEIGHT - PAD / 2}"><title>versions changed: {html.escape(", ".join(changed))}</title>'
+                       "</line>")
+            out.append(f'<text class="versions-label" x="{px(i) + 3:.1f}" y="{HEIGHT - PAD / 2 - 4}">'
+                       f"{html.escape(names)}</text>")
     for e in report.trace.events:
         x = px(e.began)
         commit = short(report.nights[e.began].commit)[:7]
@@ -236,6 +276,7 @@ section.point.has-alarm h3 { color: #c00; } h2.signal { margin-top: 1.5em; }
 .trend .night.slow { fill: #c00; } .trend .night.not-judged { fill: #fff; stroke: #999; } .trend .change { stroke: #c00; stroke-dasharray: 3 3; }
 .trend .change.faster { stroke: #2a7; } .trend .change.changed { stroke: #d80; }
 .trend .change-label { font-size: 11px; fill: #c00; }
+.trend .versions { stroke: #85a; stroke-dasharray: 1 3; } .trend .versions-label { font-size: 11px; fill: #85a; }
 table { border-collapse: collapse; } td, th { padding: .15em .6em; border-bottom: 1px solid #eee; text-align: left; }
 """
 
@@ -253,7 +294,7 @@ def page_html(sections: list) -> str:
     esc = html.escape
     latest = max((h.nights[-1] for h, _ in sections), key=lambda n: n.date)
     machine = latest.machine
-    versions = machine.get("versions") or {}
+    versions = latest.versions or machine.get("versions") or {}
     alarms = [(h, r, e) for h, reports in sections for r in reports for e in r.trace.open]
     too_long = [(h, [r for r in reports if r.over_limit]) for h, reports in sections]
     too_long = [(h, rs) for h, rs in too_long if rs]
@@ -282,9 +323,14 @@ def page_html(sections: list) -> str:
                'too long</label></p>')
     for history, reports in sections:
         name = signal(reports[0].metric) if reports else "empty"
-        out.append(f'<h2 class="signal">{esc(name)}</h2><p><code>{esc(history.device_key)}</code>: '
+        out.append(f'<h2 class="signal">{esc(name)}</h2><p>Machine <code>{esc(history.machine_key)}</code>: '
                    f"{len(history.nights)} nights, {esc(history.nights[0].date[:10])} to "
                    f"{esc(history.nights[-1].date[:10])}. {esc(budget_text(reports))}</p>")
+        changes = version_lines(history)
+        if changes:
+            out.append('<div class="versions-changed"><b>Versions changed</b> (a step on such a night is judged as '
+                       "any, and names them as its likely cause):<ul>"
+                       + "".join(f"<li>{esc(line)}</li>" for line in changes) + "</ul></div>")
         for r in reports:
             cls = "point has-alarm" if r.trace.open or r.over_limit else "point"
             sigma = r.trace.sigma[-1]

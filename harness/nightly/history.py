@@ -1,13 +1,14 @@
-"""The nightly history: every night's raw speed samples for one device key, kept as one JSON file.
+"""The nightly history: every night's raw speed samples of one machine and one signal, kept as one JSON file.
 
 A history is what a nightly workflow keeps between runs (as an artifact, or committed to a branch)::
 
     {
-      "format": "fastpath-speed-history", "format_version": 1,
-      "device_key": "cpu-amd-epyc-avx2-2c-2t__torch-2.14.1-cu130__omnivoice-0.2.1",
+      "format": "fastpath-speed-history", "format_version": 2,
+      "machine_key": "cpu-amd-epyc-avx2-2c-2t",
       "nights": [
         {"id": "3f2c9a01b7de", "date": "2026-12-01T03:17:02Z", "commit": "9b1e...", "command": "...",
-         "machine": {...machine_info...}, "sources": ["out/speed.json"],
+         "versions": {"fastpath": "0.1.0", "omnivoice": "0.2.1", "torch": "2.14.1-cu130", "transformers": "5.24.0"},
+         "machine": {...machine_info, with the night's device_key...}, "sources": ["out/wall.json"],
          "points": {"auto-short-10": {"metric": "rtf", "samples": [0.41, 0.40, ...], "extra": {...}}}}
       ],
       "accepted": [{"point": "auto-short-10", "night": "3f2c9a01b7de", "date": "...", "reason": "..."}],
@@ -16,15 +17,24 @@ A history is what a nightly workflow keeps between runs (as an artifact, or comm
 
 A night is one run (a pytest-benchmark ``--benchmark-json`` file or a speed baseline, several files when one night
 measured in several processes); its id is a digest of its commit, date and samples, so importing the same run twice
-changes nothing. A history holds one device key: speed only compares on the same hardware and software, so a run
-measured elsewhere is refused with the reason (a key in an older form, such as the instruction counts' key that once
-named the processor's vendor, is read as today's: harness.counts.instructions.migrated_key). ``accepted`` lists the
-slowdowns a person has accepted (a deliberate trade, a new compiler): the rule (harness.nightly.changes) then takes the
-new level as the normal one. ``not_judged_limit`` is how many nights in a row the history's wall time may go not
-judged (measured beside competing work) before a night fails for it: ``NOT_JUDGED_LIMIT`` unless set with `history
-append --not-judged-limit N` (a file without it, written before it existed, has the default).
+changes nothing. A history holds one machine: a run's device key (harness.run.machine.device_key) is split by
+``split_key`` into the machine (the part before its first ``__``: the hardware, the instruction counts' CPU
+capability, or ``structure``) and the software versions (torch and omnivoice; valgrind's version for instruction
+counts). Speed only compares on one machine, so a run measured on another is refused with the fix; a night with
+other versions on the same machine is appended, and records them (``versions``: the key's, then every package the
+machine info records): the change of versions from one night to the next is an event on the history
+(``History.version_changes``), the rule judges a step at it as any step, and names the versions as its likely cause.
+Starting a new history is deliberate (``append --new-history``, which keeps the old file beside the new one). A
+file of format 1 (keyed by the whole device key, versions included) is read as format 2: its key's machine part is
+the machine, and each night's versions are those its own device key and machine info name; the next append writes
+it as format 2. (A key in an older form, such as the instruction counts' key that once named the processor's
+vendor, is read as today's: harness.counts.instructions.migrated_key.) ``accepted`` lists the slowdowns a person
+has accepted (a deliberate trade, a new compiler): the rule (harness.nightly.changes) then takes the new level as the
+normal one. ``not_judged_limit`` is how many nights in a row the history's wall time may go not judged (measured
+beside competing work) before a night fails for it: ``NOT_JUDGED_LIMIT`` unless set with `nightly append
+--not-judged-limit N` (a file without it, written before it existed, has the default).
 
-Every problem (a missing, corrupt or foreign file, another device key, a night's points measured twice) raises
+Every problem (a missing, corrupt or foreign file, another machine, a night's points measured twice) raises
 HistoryError with the fix; the file is written atomically, so a killed job leaves the previous history.
 """
 
@@ -33,6 +43,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -40,18 +51,46 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.nightly.versions import changed_versions
 from harness.speed.baselines import FORMAT as BASELINE_FORMAT
 from harness.speed.baselines import BaselineError, check_samples, migrated_key, read_json, read_run, write_atomic
 
 FORMAT = "fastpath-speed-history"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READ_VERSIONS = (1, 2)  # 1: keyed by the whole device key, versions included (read as 2: load_history)
 # nights in a row a history's wall time may go not judged (busy) before a night fails for it: a slowdown landing in
 # a busy stretch is judged on the first quiet night, or the stretch itself fails the nightly within a week
 NOT_JUDGED_LIMIT = 7
 
 
 class HistoryError(BaselineError):
-    """A history file or a run to append is missing, corrupt, foreign or for another device; the message says the fix."""
+    """A history file or a run to append is missing, corrupt, foreign or for another machine; the message says the
+    fix."""
+
+
+# an instruction count's machine part names valgrind's version (instructions.device_key): a version, not a machine
+CALLGRIND = re.compile(r"^callgrind-(?P<valgrind>[^-_]+)-(?P<capability>.+)$")
+
+
+def split_key(key: str) -> tuple:
+    """(machine, {package: version}) of a device key: the part before its first ``__`` is the machine, each later
+    ``name-version`` part a package's version (``cpu-amd-epyc-avx2-2c-2t__torch-2.14.1-cu130__omnivoice-0.2.1``:
+    ``cpu-amd-epyc-avx2-2c-2t``, torch ``2.14.1-cu130``, omnivoice ``0.2.1``); an instruction count's valgrind
+    version moves from the machine part to the versions. A key in an older form is read as today's."""
+    machine, *software = migrated_key(key).split("__")
+    versions = dict(part.partition("-")[::2] for part in software)
+    found = CALLGRIND.match(machine)
+    if found:
+        machine, versions = f"callgrind-{found['capability']}", {"valgrind": found["valgrind"], **versions}
+    return machine, versions
+
+
+def night_versions(key: str, machine: dict) -> dict:
+    """The software a night ran on: the versions its device key names, and every other package its machine info
+    records (transformers, the patches' own distribution) as recorded; "none" where one was not installed."""
+    keyed = split_key(key)[1]
+    recorded = {name: "none" if v is None else str(v) for name, v in ((machine or {}).get("versions") or {}).items()}
+    return dict(sorted({**recorded, **keyed}.items()))
 
 
 @dataclass(frozen=True)
@@ -66,6 +105,7 @@ class Night:
     points: dict  # name -> {"metric": str, "samples": [float, ...], "extra": {...}}
     sources: tuple = ()
     labels: tuple = ()  # what the person who appended it said of the night, e.g. "busy-core"
+    versions: dict = field(default_factory=dict)  # package -> version the night ran on (night_versions)
 
     def median(self, point: str) -> float | None:
         entry = self.points.get(point)
@@ -73,17 +113,29 @@ class Night:
 
     def as_dict(self) -> dict:
         return {"id": self.id, "date": self.date, "commit": self.commit, "command": self.command,
-                "machine": self.machine, "sources": list(self.sources), "labels": list(self.labels),
-                "points": self.points}
+                "versions": self.versions, "machine": self.machine, "sources": list(self.sources),
+                "labels": list(self.labels), "points": self.points}
 
 
 @dataclass
 class History:
-    device_key: str
+    machine_key: str  # the machine every night was measured on (split_key); the versions are each night's
     nights: list = field(default_factory=list)
     accepted: list = field(default_factory=list)
     path: Path | None = None
     not_judged_limit: int = NOT_JUDGED_LIMIT  # nights in a row not judged before a night fails for it
+    set_aside: Path | None = None  # where `append --new-history` kept the history this one replaced (not stored)
+
+    @property
+    def device_key(self) -> str:
+        """The latest night's device key (the machine and tonight's versions); the machine key while empty."""
+        return (self.nights[-1].machine.get("device_key") if self.nights else None) or self.machine_key
+
+    def version_changes(self) -> list:
+        """(position, night, ["torch 2.14.1 -> 2.15.0", ...]) for each night whose versions differ from the night
+        before it: the events a change of versions makes on the history."""
+        return [(i, night, changed) for i, (before, night) in enumerate(zip(self.nights, self.nights[1:]), 1)
+                if (changed := changed_versions(before.versions, night.versions))]
 
     @property
     def point_names(self) -> list:
@@ -99,7 +151,7 @@ class History:
         return nights, np.log([n.median(point) for n in nights])
 
     def as_dict(self) -> dict:
-        return {"format": FORMAT, "format_version": FORMAT_VERSION, "device_key": self.device_key,
+        return {"format": FORMAT, "format_version": FORMAT_VERSION, "machine_key": self.machine_key,
                 "nights": [n.as_dict() for n in self.nights], "accepted": self.accepted,
                 "not_judged_limit": self.not_judged_limit}
 
@@ -153,11 +205,11 @@ def night_from_files(paths: list, labels=()) -> Night:
         raise HistoryError(f"the files of one night are from different commits {sorted(map(str, commits))}; append "
                            "them as separate nights.")
     date = min(d for d in dates if d) if any(dates) else datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    commit = commits.pop()
+    commit, key = commits.pop(), keys.pop()
     return Night(id=night_id(date, commit, points), date=date, commit=commit,
                  command=" ; ".join(dict.fromkeys(c for c in commands if c)) or None,
-                 machine={**machine, "device_key": keys.pop()}, points=points,
-                 sources=tuple(str(p) for p in paths), labels=tuple(labels))
+                 machine={**machine, "device_key": key}, points=points,
+                 sources=tuple(str(p) for p in paths), labels=tuple(labels), versions=night_versions(key, machine))
 
 
 def check_night(raw: object, where: str, fix: str) -> Night:
@@ -179,9 +231,28 @@ def check_night(raw: object, where: str, fix: str) -> Night:
     if raw["id"] != expected:
         raise HistoryError(f"{where}: id {raw['id']!r} does not match its samples (digest {expected!r}); the history "
                            f"was edited by hand. {fix}")
+    versions = raw.get("versions")
+    if not isinstance(versions, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                 for k, v in versions.items()):
+        raise HistoryError(f"{where} lacks its versions (an object of package -> version strings), so a change of "
+                           f"versions could not be seen. {fix}")
     return Night(id=raw["id"], date=str(raw["date"]), commit=raw.get("commit"), command=raw.get("command"),
                  machine=dict(raw.get("machine") or {}), points=points, sources=tuple(raw.get("sources") or ()),
-                 labels=tuple(raw.get("labels") or ()))
+                 labels=tuple(raw.get("labels") or ()), versions=dict(versions))
+
+
+def from_format_1(data: dict) -> dict:
+    """A format-1 history (keyed by the whole device key, versions included) as format 2: the key's machine part
+    is the machine; each night's versions are those its own device key (else the file's) and machine info name."""
+    def with_versions(raw):
+        machine = (raw.get("machine") or {}) if isinstance(raw, dict) else None
+        if not isinstance(machine, dict):
+            return raw  # check_night names what is wrong with it
+        return dict(raw, versions=night_versions(str(machine.get("device_key") or data["device_key"]), machine))
+
+    nights = [with_versions(raw) for raw in data["nights"]]
+    return {**data, "format_version": FORMAT_VERSION, "machine_key": split_key(data["device_key"])[0],
+            "nights": nights}
 
 
 def load_history(path: str | os.PathLike) -> History:
@@ -191,7 +262,7 @@ def load_history(path: str | os.PathLike) -> History:
            "history with `fastpath-suite nightly append`.")
     if not path.exists():
         raise HistoryError(f"no history at {path}. Start one with: fastpath-suite nightly append {path} "
-                           "out/speed.json")
+                           "out/wall.json")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -200,11 +271,15 @@ def load_history(path: str | os.PathLike) -> History:
         found = data.get("format") if isinstance(data, dict) else f"a JSON {type(data).__name__}"
         raise HistoryError(f"{path} is not a fastpath speed history (format={found!r}, expected {FORMAT!r}); a "
                            f"foreign file (a run file? append it to a history instead). {fix}")
-    if data.get("format_version") != FORMAT_VERSION:
+    if data.get("format_version") not in READ_VERSIONS:
         raise HistoryError(f"{path} has format_version {data.get('format_version')!r}; this suite reads "
-                           f"{FORMAT_VERSION}. Use the suite version that wrote it. {fix}")
-    if not isinstance(data.get("device_key"), str) or not isinstance(data.get("nights"), list):
-        raise HistoryError(f"{path} lacks its device_key or its nights list. {fix}")
+                           f"{' and '.join(map(str, READ_VERSIONS))}. Use the suite version that wrote it. {fix}")
+    if data["format_version"] == 1:
+        if not isinstance(data.get("device_key"), str) or not isinstance(data.get("nights"), list):
+            raise HistoryError(f"{path} (format 1) lacks its device_key or its nights list. {fix}")
+        data = from_format_1(data)
+    if not isinstance(data.get("machine_key"), str) or not isinstance(data.get("nights"), list):
+        raise HistoryError(f"{path} lacks its machine_key or its nights list. {fix}")
     try:
         nights = [check_night(raw, f"{path}: night {i}", fix) for i, raw in enumerate(data["nights"])]
     except HistoryError:
@@ -223,7 +298,7 @@ def load_history(path: str | os.PathLike) -> History:
         limit = check_limit(limit)
     except ValueError as err:
         raise HistoryError(f"{path}: {err}. {fix}") from None
-    return History(device_key=data["device_key"], nights=nights, accepted=accepted, path=path,
+    return History(machine_key=data["machine_key"], nights=nights, accepted=accepted, path=path,
                    not_judged_limit=limit)
 
 
@@ -241,35 +316,57 @@ def save_history(history: History, path: str | os.PathLike) -> None:
     write_atomic(Path(path), json.dumps(history.as_dict(), indent=1, allow_nan=False) + "\n")
 
 
-def append(path: str | os.PathLike, run_files: list, labels=(), not_judged_limit: int | None = None) -> tuple:
-    """Append one night (from ``run_files``) to the history at ``path``, creating it when missing; with
-    ``not_judged_limit``, set the history's limit on nights in a row not judged (kept in the file).
+def set_aside(path: Path) -> Path | None:
+    """Move the history at ``path`` (if any) beside itself, as <name>.before-<UTC time>.json, so that a new one starts
+    there; the kept path, or None when there was none. Never overwrites a file."""
+    if not path.exists():
+        return None
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    kept = path.with_name(f"{path.stem}.before-{stamp}{path.suffix}")
+    if kept.exists():
+        raise HistoryError(f"{kept} exists already; move it away, then start the new history again")
+    path.rename(kept)
+    return kept
 
-    Returns (history, added): added is False when the night was already there (the file is then left untouched,
-    unless the limit changed). Nights are kept in date order, so a late import lands where it belongs.
+
+def append(path: str | os.PathLike, run_files: list, labels=(), not_judged_limit: int | None = None,
+           new_history: bool = False) -> tuple:
+    """Append one night (from ``run_files``) to the history at ``path``, creating it when missing; with
+    ``not_judged_limit``, set the history's limit on nights in a row not judged (kept in the file). A night of the
+    history's machine with other versions is appended (the change is an event: History.version_changes); a night of
+    another machine is refused. ``new_history``: start a new history at ``path`` on purpose, the old file kept beside
+    it (``History.set_aside``).
+
+    Returns (history, added): added is the night appended, None when it was already there (the file is then left
+    untouched, unless the limit changed). Nights are kept in date order, so a late import lands where it belongs.
     """
     path = Path(path)
     night = night_from_files(run_files, labels)
     key = night.machine["device_key"]
-    history = load_history(path) if path.exists() else History(device_key=key, path=path)
-    history.device_key = migrated_key(history.device_key)  # a history begun under a key's older form goes on
+    machine = split_key(key)[0]
+    kept = set_aside(path) if new_history else None
+    history = load_history(path) if path.exists() else History(machine_key=machine, path=path)
+    history.set_aside = kept
     limit_changed = not_judged_limit is not None and check_limit(not_judged_limit) != history.not_judged_limit
     if limit_changed:
         history.not_judged_limit = not_judged_limit
-    if key != history.device_key:
+    if machine != history.machine_key:
+        runs = " ".join(map(str, run_files))
         raise HistoryError(
-            f"{', '.join(map(str, run_files))} was measured on {key!r}, but {path} is the history of "
-            f"{history.device_key!r}; speed only compares on one device key (another machine, torch or omnivoice "
-            "changes it). Append it to that device's own history (e.g. history/<device>.json); to start over after "
-            "a deliberate upgrade, move the old history away.")
+            f"{runs} was measured on machine {machine!r} (device key {key!r}), but {path} is the history of machine "
+            f"{history.machine_key!r}: speed only compares on one machine (new versions of torch, omnivoice or any "
+            "package on the same machine are not refused: the night records them, an event on the history). Append "
+            "it to that machine's own history (a file that does not exist yet starts one), or start a new history "
+            f"here on purpose: `fastpath-suite nightly append {path} {runs} --new-history` (the old file is kept "
+            "beside it).")
     if any(n.id == night.id for n in history.nights):
         if limit_changed:
             save_history(history, path)
-        return history, False
+        return history, None
     history.nights.append(night)
     history.nights.sort(key=lambda n: n.date)
     save_history(history, path)
-    return history, True
+    return history, night
 
 
 def accept(path: str | os.PathLike, point: str, night: str, reason: str) -> History:
@@ -337,7 +434,8 @@ def check(args) -> int:
         (args.out / "index.html").write_text(page_html(sections))
         alarms = [{"history": str(h.path), "point": r.point, "metric": r.metric, "kind": e.kind,
                    "began": r.nights[e.began].id, "began_date": r.nights[e.began].date,
-                   "commit": r.nights[e.began].commit, "change": e.change, "rule": e.rule, "detail": e.detail}
+                   "commit": r.nights[e.began].commit, "change": e.change, "rule": e.rule, "detail": e.detail,
+                   "versions": e.versions}
                   for h, reports in sections for r in reports for e in r.trace.open]
         alarms += [{"history": str(h.path), "point": r.point, "metric": r.metric, "kind": "not judged",
                     "began": r.nights[-r.not_judged_streak].id, "began_date": r.nights[-r.not_judged_streak].date,
@@ -410,7 +508,7 @@ def rates(argv) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     metrics = {history.nights[0].points[p]["metric"] for p in rec.points}
-    progress = Progress("history rates", args.quiet)
+    progress = Progress("nightly rates", args.quiet)
     progress.say(f"{rec.runs} recorded runs of {len(rec.points)} points ({', '.join(sorted(metrics))}), "
                  f"{args.histories} simulated histories a row")
     if metrics == {"instructions"}:
@@ -469,7 +567,8 @@ def main(argv=None) -> int:
     verbs = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     add = verbs.add_parser("append", help="append one night's run file(s) to a history (created when missing)",
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add.add_argument("history", type=Path, help="the history file of one device, e.g. history/speed-cpu.json")
+    add.add_argument("history", type=Path, help="the history file of one machine and signal, e.g. "
+                                                 "history/history-cpu-wall.json")
     add.add_argument("runs", nargs="+", type=Path, help="pytest-benchmark --benchmark-json file(s) or baselines")
     add.add_argument("--label", action="append", default=[],
                      help="a word kept with the night (e.g. busy-core); judge-busy: judge its wall time whatever its "
@@ -477,6 +576,10 @@ def main(argv=None) -> int:
     add.add_argument("--not-judged-limit", type=count_option, default=None, metavar="N",
                      help="set the history's limit on nights in a row not judged (busy) before a night fails for it "
                           f"(kept in the file; a new history gets {NOT_JUDGED_LIMIT})")
+    add.add_argument("--new-history", action="store_true",
+                     help="start a new history at HISTORY with this night, on purpose (another machine, or a reset): "
+                          "the old file is kept beside it as <name>.before-<time>.json. New versions on the same "
+                          "machine need no new history: they are recorded, an event on it")
     chk = verbs.add_parser("check", help="the change rule over the histories: exit 1 when a slowdown (or changed "
                                          "mix) is open or the nights not judged in a row pass the history's limit, "
                                          "3 when tonight's wall time is not judged (measured beside competing work)",
@@ -512,12 +615,17 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.action == "append":
-            history, added = append(args.history, args.runs, args.label, args.not_judged_limit)
-            night = history.nights[-1] if added else None
-            print(f"{args.history}: {'added' if added else 'already there:'} night of "
+            history, night = append(args.history, args.runs, args.label, args.not_judged_limit, args.new_history)
+            if history.set_aside:
+                print(f"{args.history}: a new history starts; the old one is kept as {history.set_aside}")
+            print(f"{args.history}: {'added' if night else 'already there:'} night of "
                   f"{', '.join(map(str, args.runs))}" + (f" (id {night.id})" if night else "")
-                  + f"; {len(history.nights)} nights of {history.device_key}; at most "
+                  + f"; {len(history.nights)} nights of machine {history.machine_key}; at most "
                   f"{history.not_judged_limit} nights in a row not judged")
+            for _, changed_night, changed in history.version_changes():
+                if night and changed_night.id == night.id:
+                    print(f"{args.history}: versions changed on this night: {', '.join(changed)} (an event on the "
+                          "history; the rule judges a step at it as any, and names these as its likely cause)")
             return 0
         if args.action == "accept":
             accept(args.history, args.point, args.night, args.reason)

@@ -11,8 +11,9 @@ A results file (JSON):
 
 One file per kind and machine (the newest run replaces the last): the docs show the current figures of every
 machine the project has measured on. Other pages hold blocks rendered the same way between two marks (`BLOCKS`: the
-GPU targets in docs/gpu.md from results/gpu-check/ and the stored GPU baselines, the GPU tolerance rows in
-docs/parity.md from their code). docs/results.md is never edited by hand; tests_harness/test_results.py
+GPU targets in docs/gpu.md from results/gpu-check/ and the stored GPU baselines, the GPU script's time limits in
+docs/gpu.md from the script and results/gpu-check/, the GPU tolerance rows in docs/parity.md from their code, what
+each job costs in docs/ci.md from the results files that timed it). docs/results.md is never edited by hand; tests_harness/test_results.py
 fails when it differs from what `fastpath-suite maintain results` renders, and a file that is not a results file (or of
 another format version, or of a kind nothing renders) is refused with its path and the fix. Each kind's renderer is
 handed over by the room that writes it (`hand_over`, from its __init__.py): this room imports no room above it.
@@ -65,12 +66,15 @@ KINDS = {
     "mutants": ("Mutation score of the patches: what the tests catch", "audit mutants"),
     "serving": ("Serving: omnivoice-server with fastpath against stock", "serve-check"),
     "name": ("The distribution's name on the package index", "maintain name-check"),
+    "job-ci": ("CI on a clean clone (`.ci/run`): its wall time", "audit costs ci"),
+    "job-nightly-speed": ("The nightly speed job on the CPU runner: its wall time", "audit costs nightly-speed"),
+    "job-nightly-slow": ("The nightly slow job: its wall time", "audit costs nightly-slow"),
 }
 
 COMMAND: list | None = None  # the argv the dispatcher ran (set by harness.__main__), for the "command" field
 # Blocks inside other docs pages, rendered the same way: name -> page in docs/ (its renderer, taking the results
 # folder, handed over from above like a kind's)
-BLOCKS = {"gpu-targets": "gpu.md", "gpu-tolerances": "parity.md"}
+BLOCKS = {"gpu-targets": "gpu.md", "gpu-tolerances": "parity.md", "gpu-limits": "gpu.md", "job-costs": "ci.md"}
 # What the rooms above hand over: each a {kind or block name: renderer} or a function returning one (so a room's
 # modules are imported only when a page is rendered). This room imports none of them (pyproject.toml's layers
 # contract, kept at run time too: tests_harness/test_layout.py); each room's __init__.py and each top-level job hands
