@@ -110,16 +110,18 @@ CANCEL_GRACE_S = 10.0  # a cancelled task's time to end its job's process before
 
 def forwarded_env() -> dict:
     """What a Ray task's worker gets in its environment (runtime_env env_vars): this process's settings that the
-    harness reads (FORWARDED_*), and its thread count where none is set. Ray sets OMP_NUM_THREADS to a task's
-    num_cpus (1) when it is unset, and on an AVX2 machine a judge's float sums follow the thread count: GE2E
-    similarities then differ from the serial run's in the 8th digit, so the sharded verdict is not the serial one."""
+    harness reads (FORWARDED_*), and where OMP_NUM_THREADS is not set, the thread count this process started with
+    (FASTPATH_DEFAULT_THREADS, which a pytest run sets before its workers divide the threads, else torch's). Ray sets
+    OMP_NUM_THREADS to a task's num_cpus (1) when it is unset, and on an AVX2 machine a judge's float sums follow the
+    thread count a process starts with: GE2E similarities then differ from the serial run's in the 8th digit, so
+    the sharded verdict is not the serial one."""
     import torch
 
     from harness.run.machine import ISA_LIMITS
 
     names = set(FORWARDED_NAMES) | set(ISA_LIMITS)
     env = {k: v for k, v in os.environ.items() if k in names or k.startswith(FORWARDED_PREFIXES)}
-    env.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
+    env.setdefault("OMP_NUM_THREADS", os.environ.get("FASTPATH_DEFAULT_THREADS") or str(torch.get_num_threads()))
     return env
 
 
