@@ -20,6 +20,7 @@ from harness import REPO_ROOT
 from harness.nightly import alert
 from harness.nightly.history import History, Night, accept, night_id, save_history, split_key
 from harness.nightly.history import main as history_main
+from tests_speed.test_bisect import git, history
 
 POINT = "auto-short-2/lossless"
 KEY = "cpu-test-avx2-2c-2t__torch-2.14.1__omnivoice-0.2.1"
@@ -28,26 +29,10 @@ RUN = "https://github.com/example/fastpath/actions/runs/7"
 STANDIN = Path(__file__).with_name("gh_standin.py")
 
 
-def git(repo, *args) -> str:
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
-
-
 @pytest.fixture
 def repo(tmp_path):
-    """Commit k writes count.txt = COUNTS[k]: the work rose at commit 3 and a revert at commit 6 undid it."""
-    counts = [100, 100, 100, 104, 104, 104, 100]
-    path = tmp_path / "repo"
-    path.mkdir()
-    git(path, "init", "-q", "-b", "main")
-    git(path, "config", "user.email", "t@example.com")
-    git(path, "config", "user.name", "t")
-    shas = []
-    for k, n in enumerate(counts):
-        (path / "count.txt").write_text(str(n))
-        git(path, "add", "count.txt")
-        git(path, "commit", "-q", "--allow-empty", "-m", f"commit {k}")
-        shas.append(git(path, "rev-parse", "HEAD"))
-    return path, shas
+    """Commit k writes count.txt = the k-th count: the work rose at commit 3 and a revert at commit 6 undid it."""
+    return history(tmp_path, [100, 100, 100, 104, 104, 104, 100])
 
 
 class Counter:
