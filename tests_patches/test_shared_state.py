@@ -90,11 +90,13 @@ TEARDOWN_LEAK = ("tests_patches/stranger_teardown_leak.py::test_passes_and_its_f
 
 
 def sections(out: str) -> dict:
-    """Test name -> the text of its failure and error sections in pytest's report."""
+    """Test name -> the text of its failure, error and passes sections in pytest's report, each cut at the next
+    banner (`=== ... ===`): the short summary after the last section names every test's leak when the terminal is
+    wide enough not to truncate it."""
     found = {}
     parts = re.split(r"^_+ (?:ERROR at (?:setup|teardown) of )?(test_\S+) _+$", out, flags=re.M)
     for name, text in zip(parts[1::2], parts[2::2]):
-        found[name] = found.get(name, "") + text
+        found[name] = found.get(name, "") + re.split(r"^=+ .* =+$", text, maxsplit=1, flags=re.M)[0]
     return found
 
 
