@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
-from harness.audit import mutants
+from harness.audit import mutant_rooms, mutants
 from harness.audit.mutants import Mutant
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,9 +106,89 @@ def test_an_equivalent_entry_needs_a_reason(tmp_path):
         mutants.load_equivalent(path)
 
 
-def test_the_reviewed_equivalent_list_is_well_formed():
-    for row in mutants.load_equivalent():
+def test_the_reviewed_lists_are_well_formed_and_apart():
+    equivalent = mutants.load_equivalent()
+    gpu = mutants.load_equivalent(mutants.NEEDS_GPU, "needs_gpu")
+    for row in equivalent + gpu:
         assert row["path"] in mutants.MODULES, row
+        assert mutant_rooms.decides(row["path"], row["function"]), f"{row} is outside the scope"
+    # "equivalent" is the same behaviour on every device: a reason that only a GPU can tell belongs in needs_gpu
+    for row in equivalent:
+        assert not re.search(r"only a GPU|GPU run can tell|where the mutants run", row["reason"]), row
+    key = lambda r: (r["path"], r["function"], r["before"], r["after"])  # noqa: E731
+    assert not {key(r) for r in equivalent} & {key(r) for r in gpu}
+
+
+def test_the_scope_is_every_file_of_fastpath_and_the_named_functions_of_the_harness():
+    on_disk = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "fastpath").rglob("*.py"))
+    rooms = {room.name: room for room in mutant_rooms.ROOMS}
+    assert sorted(list(rooms["patches"].files) + list(rooms["gpu"].files)) == on_disk
+    assert all(room.files[p] is mutant_rooms.ALL for room in (rooms["patches"], rooms["gpu"]) for p in room.files)
+    import ast
+
+    for room in mutant_rooms.ROOMS:
+        for path, functions in room.files.items():
+            assert (ROOT / path).is_file(), path
+            if functions is mutant_rooms.ALL:
+                continue
+            assert path.startswith("harness/"), path
+            tree = ast.parse((ROOT / path).read_text())
+            defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            defined |= {f"{c.name}.{n.name}" for c in tree.body if isinstance(c, ast.ClassDef) for n in c.body
+                        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            assert set(functions) <= defined, f"{path}: no function {sorted(set(functions) - defined)}"
+        for test in room.tests:
+            assert (ROOT / test.split("::")[0]).exists(), f"room {room.name}: no {test}"
+    with pytest.raises(ValueError, match="no mutant room"):
+        mutant_rooms.rooms(["nowhere"])
+    with pytest.raises(ValueError, match="in no mutant room"):
+        mutant_rooms.room_of("harness/report.py")
+
+
+def test_a_score_per_room_and_overall():
+    ms = [mutant(name=f"fastpath.registry.x_applied__mutmut_{i}") for i in range(1, 5)]
+    for m, room in zip(ms, ("patches", "patches", "gate", "gate")):
+        m.room = room
+    codes = {ms[0].name: (1, 1.0), ms[1].name: (1, 1.0), ms[2].name: (1, 1.0), ms[3].name: (0, 1.0)}
+    summary = mutants.judge(ms, {"codes": codes, "tests": {}})
+    assert summary["score"] == 0.75 and summary["rooms"]["patches"]["score"] == 1.0
+    assert summary["rooms"]["gate"]["killed"] == 1 and summary["rooms"]["gate"]["survived"] == 1
+    assert list(summary["rooms"]) == ["patches", "gate"]
+
+
+def test_an_import_time_mutant_is_not_judged_whatever_its_outcome():
+    killed = mutant(name="fastpath.registry.x__lazy__mutmut_1", function="_lazy")
+    survived = mutant(name="fastpath.registry.x__lazy__mutmut_2", function="_lazy")
+    summary = mutants.judge([killed, survived], {"codes": {killed.name: (1, 1.0), survived.name: (0, 1.0)},
+                                                 "tests": {}})
+    assert killed.status == survived.status == "not judged"
+    assert summary["judged"] == 0 and summary["not_judged"] == 2
+
+
+def test_the_seed_is_fixed_by_the_commit_and_a_training_seed_is_never_the_headline(tmp_path, monkeypatch):
+    a, b = "1c8523d" + "0" * 33, "3dac162" + "0" * 33
+    assert mutants.auto_seed(a) == mutants.auto_seed(a) != mutants.auto_seed(b)
+    seeds = tmp_path / "training_seeds.json"
+    seeds.write_text(json.dumps({"training": [{"seed": 7, "why": "tests written against its survivors"}]}))
+    read = mutants.training_seeds
+    monkeypatch.setattr(mutants, "training_seeds", lambda: read(seeds))
+
+    def args(**given):
+        return types.SimpleNamespace(**{"changed_since": None, "names": None, "needs_gpu": False, "training": None,
+                                        **given})
+
+    assert mutants.kind_of(args(), 8) == "mutants"
+    with pytest.raises(mutants.MutantsError, match="seed 7 is a training seed"):
+        mutants.kind_of(args(), 7)
+    assert mutants.kind_of(args(training="before"), 7) == "mutants-before"
+    with pytest.raises(mutants.MutantsError, match="not listed"):
+        mutants.kind_of(args(training="after"), 8)
+    assert mutants.kind_of(args(changed_since="auto"), 7) == "mutants-change"
+    seeds.write_text("{}")
+    with pytest.raises(mutants.MutantsError, match="not a list of training seeds"):
+        read(seeds)
+    # the project's own list: seed 1 trained on, so it is never a headline
+    assert 1 in read()
 
 
 def _git(cwd, *args):
@@ -179,3 +261,42 @@ def test_a_planted_surviving_mutant_fails_the_change_until_listed_as_equivalent(
     named = _run(copy, tmp_path, "--equivalent", str(listed), which=("--names", survivors[0]["name"]))
     assert named.returncode == 0, named.stdout + named.stderr
     assert "1 named mutant(s), 1 of them reviewed as equivalent: nothing to run" in named.stdout, named.stdout
+
+
+def _fake_selection(monkeypatch, tmp_path, n: int):
+    """main() with mutmut replaced: `n` mutants on one changed line of registry.py, each killed when run."""
+    from harness.run import results
+
+    ms = [mutant(name=f"fastpath.registry.x_applied__mutmut_{i}", lines=(10,)) for i in range(1, n + 1)]
+    monkeypatch.setattr(mutants, "resolve_base", lambda ref, source: "b" * 40)
+    monkeypatch.setattr(mutants, "changed_lines", lambda base, source, modules: {"fastpath/registry.py": {10}})
+    monkeypatch.setattr(results, "checkout_state", lambda source: ("c" * 40, False))
+    monkeypatch.setattr(mutants, "prepare", lambda *a, **k: None)
+    monkeypatch.setattr(mutants, "generate", lambda work, paths: [Mutant(**vars(m)) for m in ms])
+    ran = []
+
+    def run(work, chosen, children, budget, progress, tests):
+        ran.extend(m.name for m in chosen)
+        return {"codes": {m.name: (1, 1.0) for m in chosen}, "tests": {}, "completed": {m.name for m in chosen},
+                "out_of_time": False, "seconds": 1.0, "unconfirmed": []}
+
+    monkeypatch.setattr(mutants, "run_and_confirm", run)
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"equivalent": [], "needs_gpu": []}))
+    return ran, ["--changed-since", "auto", "--work", str(tmp_path / "w"), "--equivalent", str(empty),
+                 "--gpu-list", str(empty), "--quiet"]
+
+
+def test_mutants_past_the_cap_are_named_and_not_judged(monkeypatch, tmp_path, capsys):
+    """Known worse: a change with more mutants than --max-mutants. Before, the run took a seeded 40 and passed; now
+    each mutant past the cap is named as not judged and the run exits 3 (a failure of CI's stage)."""
+    ran, argv = _fake_selection(monkeypatch, tmp_path, 5)
+    assert mutants.main(argv + ["--max-mutants", "2"]) == 3
+    out = capsys.readouterr().out
+    assert len(ran) == 2 and "NOT JUDGED: 3 mutant(s) of the changed lines past --max-mutants 2" in out
+    assert all(f"fastpath.registry.x_applied__mutmut_{i}" in out.split("NOT JUDGED")[1] for i in range(1, 6)
+               if f"fastpath.registry.x_applied__mutmut_{i}" not in ran)
+    # the known-equivalent control: every mutant within the cap runs, all killed, exit 0
+    ran.clear()
+    assert mutants.main(argv + ["--max-mutants", "5"]) == 0 and len(ran) == 5
+    assert "NOT JUDGED" not in capsys.readouterr().out

@@ -339,6 +339,22 @@ def test_bad_calls_are_refused_with_the_fix(model, prompt, monkeypatch):
 
 
 @pytest.mark.cpu
+def test_a_worker_without_a_cuda_stream_never_calls_the_cuda_api(checkpoint, monkeypatch):
+    """A model on a device without a CUDA stream of its own (the CPU here; a CPU model on a machine with a GPU too)
+    streams without one call to torch.cuda: entering torch.cuda.stream(None) does nothing to the work, but its
+    StreamContext reads the current CUDA device (torch.cuda.current_device), which starts CUDA on a machine that
+    has a GPU. Seen by counting the calls of the worker's way to the CUDA API."""
+    from fastpath import streaming
+    from harness.model.checkpoint import load_model
+    from tests_patches.fake_cuda import FakeCuda
+
+    reached = []
+    monkeypatch.setattr(streaming, "_cuda", lambda: reached.append("torch.cuda") or FakeCuda())
+    pieces, tokens = streamed(load_model(checkpoint), 0, **voice_kwargs("auto", None))  # a fresh model's worker
+    assert pieces and tokens and reached == [], f"a worker without a stream reached torch.cuda {len(reached)} times"
+
+
+@pytest.mark.cpu
 def test_a_worker_on_its_own_cuda_stream_hands_out_the_same_pieces(checkpoint, monkeypatch):
     """The worker's CUDA-stream path, run here through the recording fake of torch.cuda (tests_patches/fake_cuda.py):
     one stream made for the model's device, waiting on the caller's stream when a stream opens, the worker's work

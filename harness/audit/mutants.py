@@ -1,4 +1,5 @@
-"""Mutation testing of the patches: how much of a change to `fastpath/` the suite's tests catch.
+"""Mutation testing of what decides: how much of a change to `fastpath/`, or to the harness code that turns
+measurements into verdicts, the suite's tests catch (the scope, room by room: harness.audit.mutant_rooms).
 
 The engine is mutmut (3.8.1, pinned): it writes every mutant of a function beside the original behind a
 trampoline, learns which tests call each function (its "stats" run), and runs each mutant against those tests
@@ -7,25 +8,30 @@ of CPU time per mutant. docs/mutants.md says why mutmut and not cosmic-ray, and 
 
 Stages of `fastpath-suite audit mutants`:
 
-    prepare       a work folder (.cache/mutants/) holding this checkout's files and mutmut's setup.cfg
-    generate      every mutant of MODULES, each with its function, the source line it changes and its diff
-    choose        a seeded sample (--sample N --seed S), or the mutants of the lines changed since a commit
-                  (--changed-since REF; `auto`: the merge base with main, or the last commit on main itself)
+    prepare       a work folder (.cache/mutants/) per set of tests, holding this checkout's files and mutmut's
+                  setup.cfg
+    generate      every mutant of the scope's files, each with its room, function, the source line it changes and
+                  its diff; a harness file keeps the mutants of its deciding functions only
+    choose        a seeded sample (--sample N; the seed is derived from the commit measured unless --seed names
+                  one), the mutants of the lines changed since a commit (--changed-since REF; `auto`: the merge base
+                  with main, or the last commit on main itself; past --max-mutants they are named, not judged), or
+                  the mutants only a GPU run can observe (--needs-gpu)
     run_mutants   `mutmut run NAME...` with progress (done, killed, survived, timed out, about how long is left)
     judge         the score: killed / (killed + survived) with its exact (Clopper-Pearson) 95% interval, every
-                  survivor with its diff and the tests that ran, every timeout; mutants listed in
-                  fixtures/mutants/equivalent.json (each with its reason) are left out, and an entry that matches
-                  no mutant any more is an error
+                  survivor with its diff and the tests that ran, every timeout, per room and overall; mutants
+                  listed in fixtures/mutants/equivalent.json (each with its reason) are left out, those in
+                  needs_gpu.json are counted apart, and an entry that matches no mutant any more is an error
 
 Exit status: 0 no survivor (or the score reaches --min-score), 1 a survivor (its diff and the command to run it
 again are printed), 2 bad input (a stale equivalent, a base that does not resolve, mutmut's clean run failing),
-3 not judged (mutants left unrun within --budget).
+3 not judged (mutants left unrun within --budget, or past --max-mutants).
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import hashlib
 import json
 import os
 import random
@@ -39,19 +45,21 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from harness.audit import mutant_rooms
 from harness.run import strict
 from harness.run.progress import Progress, clock
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE = "mutmut==3.8.1"
-# what the sample draws from: the lossless patches and the loop, the prompt cache, streaming, the registry's apply
-# and revert and the instance helpers they use
-MODULES = ("fastpath/loop.py", "fastpath/registry.py", "fastpath/instance.py", "fastpath/prompt_cache.py",
-           "fastpath/streaming.py")
-# the tests a mutant is held to (the default run's, without --slow): the tiers that apply the patches, and the
-# golden outputs. The rest of tests_harness and tests_quality test the harness, not fastpath.
-TESTS = ("tests_patches", "tests_parity", "tests_speed", "tests_harness/test_goldens.py")
+# what the sample draws from: every file of every room (harness.audit.mutant_rooms)
+MODULES = tuple(mutant_rooms.files(mutant_rooms.ROOMS))
+TESTS = mutant_rooms.PATCH_TESTS  # the patches' tests (each room names its own)
 EQUIVALENT = ROOT / "fixtures" / "mutants" / "equivalent.json"
+# mutants only a run on a GPU can observe: counted apart, never in the CPU score, run by gpu-check on a device
+NEEDS_GPU = ROOT / "fixtures" / "mutants" / "needs_gpu.json"
+# seeds of samples whose survivors tests were then written against: such a sample is a training sample, never a
+# headline (its runs go to the results kinds mutants-before and mutants-after)
+TRAINING_SEEDS = ROOT / "fixtures" / "mutants" / "training_seeds.json"
 # imported once by mutmut's fork server. Not fastpath, harness or the tests: the registry builds its table of
 # patches at import, so each mutant's process imports them afresh with its mutant active.
 PRELOAD = ("torch", "transformers", "omnivoice", "numpy", "scipy", "soundfile", "pytest")
@@ -60,7 +68,8 @@ KILLED, SURVIVED, TIMEOUT, NO_TESTS, OTHER = "killed", "survived", "timeout", "n
 STATUS = {1: KILLED, 3: KILLED, -11: KILLED, -9: KILLED, 0: SURVIVED, 5: NO_TESTS, 33: NO_TESTS,
           36: TIMEOUT, 24: TIMEOUT, -24: TIMEOUT, 152: TIMEOUT, 255: TIMEOUT}
 # functions that run when fastpath is imported (the registry's table of patches): mutmut's stats run credits their
-# calls to whichever test imported fastpath first, so their mutants meet the wrong tests; not judged, and listed
+# calls to whichever test imported fastpath first, so their mutants meet the wrong tests. One rule whatever the
+# outcome: killed or survived, such a mutant is not judged, and listed
 IMPORT_TIME = {("fastpath/registry.py", "_lazy"), ("fastpath/registry.py", "_loop"),
                ("fastpath/registry.py", "_register")}
 MULTIPLIER, CONFIRM = 4, 3
@@ -86,6 +95,7 @@ class Mutant:
     status: str = ""
     seconds: float | None = None
     tests: list = field(default_factory=list)
+    room: str = ""
 
 
 # --- prepare --------------------------------------------------------------------------------------------------------
@@ -96,7 +106,7 @@ def work_folder() -> Path:
     return cache_dir() / "mutants"
 
 
-def prepare(work: Path, tests=TESTS, source: Path = ROOT, modules=MODULES) -> Path:
+def prepare(work: Path, tests=TESTS, source: Path = ROOT, modules=MODULES, mark: str | None = None) -> Path:
     """A fresh work folder: this checkout's files (tracked and untracked, not ignored, as they are on disk) and a
     setup.cfg with mutmut's settings. mutmut writes its mutants/ there, never into the checkout."""
     if work.exists():
@@ -111,13 +121,16 @@ def prepare(work: Path, tests=TESTS, source: Path = ROOT, modules=MODULES) -> Pa
         dst = work / name
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dst)
+    sources = sorted({Path(m).parts[0] for m in modules})  # fastpath, harness: mutmut copies and mutates these
     tops = sorted({Path(name).parts[0] for name in filter(None, listed) if (work / name).exists()}
-                  - {"fastpath", "setup.cfg"})
+                  - set(sources) - {"setup.cfg"})
     (work / "mutation-preload.txt").write_text("\n".join(PRELOAD) + "\n")
-    lines = ["[mutmut]", "source_paths = fastpath", "only_mutate ="] + [f"    {m}" for m in modules]
+    lines = ["[mutmut]", "source_paths ="] + [f"    {p}" for p in sources]
+    lines += ["only_mutate ="] + [f"    {m}" for m in modules]
     lines += ["also_copy ="] + [f"    {t}" for t in tops]
     lines += ["pytest_add_cli_args_test_selection ="] + [f"    {t}" for t in tests]
-    lines += ["pytest_add_cli_args =", "    -p", "    no:cacheprovider",
+    lines += ["pytest_add_cli_args =", "    -p", "    no:cacheprovider"] + (["    -m", f"    {mark}"] if mark else [])
+    lines += [
               # torch: plain fork deadlocks in libgomp; the fork server forks from a process with no OpenMP team
               "process_isolation = forkserver", "forkserver_warmup = import",
               "preload_modules_file = mutation-preload.txt",
@@ -222,21 +235,22 @@ def _find(module, function: str, cls: str | None):
 
 # --- equivalent mutants ---------------------------------------------------------------------------------------------
 
-def load_equivalent(path: Path = EQUIVALENT) -> list:
-    """The reviewed list: [{"path", "function", "before", "after", "reason"}], each a mutant that no test can tell
-    from the original."""
+def load_equivalent(path: Path = EQUIVALENT, key: str = "equivalent") -> list:
+    """A reviewed list: [{"path", "function", "before", "after", "reason"}] under `key`: under "equivalent" each a
+    mutant that no test can tell from the original on any device and input; under "needs_gpu" (NEEDS_GPU) each one
+    only a run on a GPU can tell."""
     if not path.exists():
         return []
     try:
         data = json.loads(path.read_text())
-        rows = data["equivalent"]
+        rows = data[key]
         for row in rows:
             missing = {"path", "function", "before", "after", "reason"} - set(row)
             if missing or not str(row["reason"]).strip():
                 raise ValueError(f"entry {row} lacks {sorted(missing) or ['a reason']}")
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise MutantsError(f"{path}: not a list of equivalent mutants ({err}); each entry is "
-                           '{"path", "function", "before", "after", "reason"} under "equivalent"') from None
+        raise MutantsError(f"{path}: not a list of reviewed mutants ({err}); each entry is "
+                           f'{{"path", "function", "before", "after", "reason"}} under "{key}"') from None
     return rows
 
 
@@ -255,6 +269,23 @@ def split_equivalent(mutants: list, rows: list, path: Path = EQUIVALENT) -> tupl
                            "reason again")
     equivalent = [m for m in mutants if any(matches(row, m) for row in rows)]
     return [m for m in mutants if m not in equivalent], equivalent
+
+
+def auto_seed(commit: str | None) -> int:
+    """The sample's seed, fixed by the commit measured before anything is drawn: the first 8 hex digits of the
+    SHA-256 of the commit's name (of "uncommitted" for a checkout without one)."""
+    return int(hashlib.sha256((commit or "uncommitted").encode()).hexdigest()[:8], 16)
+
+
+def training_seeds(path: Path = TRAINING_SEEDS) -> dict:
+    """{seed: why}: the samples whose survivors tests were written against (never a headline again)."""
+    if not path.exists():
+        return {}
+    try:
+        return {int(row["seed"]): str(row["why"]) for row in json.loads(path.read_text())["training"]}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise MutantsError(f"{path}: not a list of training seeds ({err}); each entry is {{\"seed\": N, \"why\": "
+                           f"...}} under \"training\"") from None
 
 
 # --- choose ---------------------------------------------------------------------------------------------------------
@@ -426,13 +457,22 @@ def interval(killed: int, n: int) -> tuple:
 
 
 def judge(mutants: list, ran: dict) -> dict:
+    """Each mutant's status from its run; the tally of them all, and of each room ("rooms")."""
     for m in mutants:
         code, seconds = ran["codes"].get(m.name, (None, None))
         m.status = STATUS.get(code, OTHER) if code is not None else OTHER
-        if (m.path, m.function) in IMPORT_TIME and m.status in (SURVIVED, NO_TESTS):
-            m.status = OTHER  # runs at import: its tests are not known (IMPORT_TIME)
+        if (m.path, m.function) in IMPORT_TIME:
+            m.status = OTHER  # runs at import: its tests are not known (IMPORT_TIME), killed or not
         m.seconds = seconds
         m.tests = sorted(ran["tests"].get(m.name.partition("__mutmut_")[0], []))
+    summary = tally(mutants)
+    summary["rooms"] = {room: tally([m for m in mutants if m.room == room])
+                        for room in dict.fromkeys(m.room for m in mutants if m.room)}
+    return summary
+
+
+def tally(mutants: list) -> dict:
+    """killed (a timeout seen twice counts), survived (and "no tests"), not judged; the score and its interval."""
     killed = sum(m.status in (KILLED, TIMEOUT) for m in mutants)
     survived = [m for m in mutants if m.status in (SURVIVED, NO_TESTS)]
     n = killed + len(survived)
@@ -452,16 +492,33 @@ def rerun_command(m: Mutant) -> str:
 def render_results(figures: dict) -> str:
     s = figures["summary"]
     score = "n/a" if s["score"] is None else f"{100 * s['score']:.1f}%"
-    out = [f"Engine {figures['engine']}; {figures['selection']}; tests: {', '.join(figures['tests'])}; "
+    tests = figures["tests"]
+    tests = "; ".join(", ".join(t) for t in tests) if tests and isinstance(tests[0], list) else ", ".join(tests)
+    gpu = figures.get("needs_gpu", [])
+    out = [f"Engine {figures['engine']}; {figures['selection']}; tests: {tests}; "
            f"{figures['children']} worker(s) of {figures.get('threads', 1)} torch thread each; "
-           f"{clock(figures['seconds'])} in all.", "",
-           "| mutants run | killed (timeouts) | survived | not judged | equivalent, left out | score | exact 95% interval |",
-           "|---:|---:|---:|---:|---:|---:|---|",
-           f"| {figures['run']} | {s['killed']} ({s['timeouts']}) | {s['survived']} | {s['not_judged']} | "
-           f"{figures['equivalent']} | {score} | {100 * s['interval'][0]:.1f}% to {100 * s['interval'][1]:.1f}% |", ""]
+           f"{clock(figures['seconds'])} in all.", ""]
+    if "seed" in figures:
+        out += [f"Sample: seed {figures['seed']} ({figures['seed_from']}); {figures['sample_role']} sample"
+                + (" (no test was written against its survivors before it ran)."
+                   if figures["sample_role"] == "fresh" else "."), ""]
+    out += ["| mutants run | killed (timeouts) | survived | not judged | equivalent, left out | need a GPU, apart | "
+            "score | exact 95% interval |",
+            "|---:|---:|---:|---:|---:|---:|---:|---|",
+            f"| {figures['run']} | {s['killed']} ({s['timeouts']}) | {s['survived']} | {s['not_judged']} | "
+            f"{figures['equivalent']} | {len(gpu) if 'needs_gpu' in figures else 'not counted'} | {score} | "
+            f"{100 * s['interval'][0]:.1f}% to {100 * s['interval'][1]:.1f}% |", ""]
     if s["not_judged"]:
         out += [f"{s['not_judged']} of the {figures['run']} mutants did not finish or could not be judged (a run stopped "
                 "early, or a function that runs at import); the score and its interval are of the judged ones.", ""]
+    if s.get("rooms"):
+        out += ["| room | killed of judged | score | exact 95% interval | not judged |", "|---|---:|---:|---|---:|"]
+        for room, r in s["rooms"].items():
+            out += [f"| {room} | {r['killed']} of {r['judged']} | "
+                    + ("n/a | n/a" if r["score"] is None else
+                       f"{100 * r['score']:.1f}% | {100 * r['interval'][0]:.1f}% to {100 * r['interval'][1]:.1f}%")
+                    + f" | {r['not_judged']} |"]
+        out += [""]
     by_module = {}
     for row in figures["mutants"]:
         k, n = by_module.get(row["path"], (0, 0))
@@ -475,10 +532,24 @@ def render_results(figures: dict) -> str:
         for row in survivors:
             out += [f"- `{row['name']}` ({row['status']}; `{row['path']}` line {row['lines'][0] if row['lines'] else '?'}): "
                     f"`{row['before']}` -> `{row['after'] or '(removed)'}`"]
+    if gpu:
+        out += ["", "Only a GPU run can observe (counted apart; `gpu-check` runs them on a device):", ""]
+        out += [f"- `{row['path']}` `{row['function']}`: `{row['before']}` -> `{row['after'] or '(removed)'}`"
+                for row in gpu]
     return "\n".join(out) + "\n"
 
 
 # --- command --------------------------------------------------------------------------------------------------------
+
+def seed_arg(text: str):
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number, or auto (derived from the commit "
+                                         "measured)") from None
+
 
 def main(argv=None) -> int:
     from harness.run import results
@@ -487,22 +558,36 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="fastpath-suite audit mutants", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--sample", type=int_at_least(1), default=200, help="how many mutants to draw")
+    which.add_argument("--sample", type=int_at_least(1), default=300, help="how many mutants to draw")
     which.add_argument("--changed-since", metavar="REF",
                        help="only the mutants of lines changed since REF (auto: the merge base with main)")
     which.add_argument("--names", nargs="+", metavar="NAME", help="these mutants (mutmut's names)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the sample")
+    which.add_argument("--needs-gpu", action="store_true",
+                       help=f"the mutants only a GPU run can observe ({NEEDS_GPU.relative_to(ROOT)}), against the "
+                            "cuda tests (gpu-check runs this on a device)")
+    parser.add_argument("--seed", type=seed_arg, default="auto",
+                        help="seed of the sample; auto: derived from the commit measured, and recorded")
+    parser.add_argument("--training", choices=("before", "after"),
+                        help="the sample's seed is a training seed: this run is its score before or after the tests "
+                             "written against its survivors (results kinds mutants-before, mutants-after)")
     parser.add_argument("--max-mutants", type=int_at_least(1), default=None,
-                        help="with --changed-since: at most this many (a seeded sample of them, said in the output)")
+                        help="with --changed-since: run at most this many; the rest are named as not judged "
+                             "(exit 3)")
     parser.add_argument("--children", type=int_at_least(1), default=2, help="mutants run at once")
     parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                         help="stop after this long; mutants left unrun make the run 'not judged' (exit 3)")
-    parser.add_argument("--modules", nargs="+", default=list(MODULES), choices=MODULES, metavar="PATH",
-                        help=f"the files to mutate (of {', '.join(MODULES)})")
-    parser.add_argument("--tests", nargs="+", default=list(TESTS), help="the test folders or files mutants meet")
+    parser.add_argument("--rooms", nargs="+", default=None, metavar="ROOM",
+                        choices=[room.name for room in mutant_rooms.ROOMS],
+                        help="the rooms to mutate (default all: " +
+                             ", ".join(room.name for room in mutant_rooms.ROOMS) + ")")
+    parser.add_argument("--modules", nargs="+", default=None, choices=MODULES, metavar="PATH",
+                        help="only these files of the rooms")
+    parser.add_argument("--tests", nargs="+", default=None,
+                        help="the tests every mutant meets (default: each room's own)")
     parser.add_argument("--min-score", type=float, default=None,
                         help="pass with survivors when the score reaches this (0-1); default: any survivor fails")
     parser.add_argument("--equivalent", type=Path, default=EQUIVALENT, help="the reviewed equivalent mutants")
+    parser.add_argument("--gpu-list", type=Path, default=NEEDS_GPU, help="the mutants only a GPU run can observe")
     parser.add_argument("--source", type=Path, default=ROOT, help="the checkout to mutate")
     parser.add_argument("--work", type=Path, default=None, help="work folder (default: <cache>/mutants/work)")
     results.add_arguments(parser)
@@ -515,35 +600,77 @@ def main(argv=None) -> int:
         return 2
 
 
+def kind_of(args, seed) -> str:
+    """The results kind a run is filed under: a sample's headline (mutants) only on a seed never trained on."""
+    if args.changed_since or args.names or args.needs_gpu:
+        if args.training:
+            raise MutantsError("--training is for a sample (--sample N --seed S)")
+        return "mutants-change" if args.changed_since or args.names else "mutants-gpu"
+    trained = training_seeds()
+    if args.training and seed not in trained:
+        raise MutantsError(f"--training {args.training}: seed {seed} is not listed in "
+                           f"{TRAINING_SEEDS.relative_to(ROOT)}; list it (with why) once tests are written against "
+                           "its survivors, or leave --training out for a fresh sample")
+    if not args.training and seed in trained:
+        raise MutantsError(f"seed {seed} is a training seed ({trained[seed]}): its score is not a headline. Give "
+                           "--training before or --training after, or draw a fresh sample (--seed auto)")
+    return f"mutants-{args.training}" if args.training else "mutants"
+
+
 def _main(args, progress: Progress) -> int:
     from harness.run import results
 
-    tests = tuple(args.tests)
     source = args.source.resolve()
     work = args.work or (work_folder() / "work")
+    chosen_rooms = mutant_rooms.rooms(args.rooms)
+    modules = [m for m in mutant_rooms.files(chosen_rooms) if not args.modules or m in args.modules]
     if args.changed_since:
         base = resolve_base(args.changed_since, source)
-        lines = changed_lines(base, source, args.modules)
+        lines = changed_lines(base, source, modules)
         if not lines:
-            print(f"mutants: no line of {', '.join(args.modules)} changed since {base[:12]}: nothing to mutate")
+            print(f"mutants: no line of the mutated files ({len(modules)} in {len(chosen_rooms)} room(s)) changed "
+                  f"since {base[:12]}: nothing to mutate")
             return 0
-    modules = [m for m in args.modules if not args.changed_since or m in lines]
+        modules = [m for m in modules if m in lines]
     # what the work copy holds is the checkout now: a run takes long, and the checkout may change before it ends
     commit, dirty = results.checkout_state(source)
-    progress.say(f"preparing {work} and generating the mutants of {', '.join(modules)}")
-    prepare(work, tests, source, modules)
-    everything = generate(work, modules)
+    seed = auto_seed(commit) if args.seed == "auto" else args.seed
+    kind = kind_of(args, seed)
+    groups = {}  # tests -> files: rooms that meet the same tests share one work folder and one stats run
+    for path in modules:
+        tests = tuple(args.tests) if args.tests else mutant_rooms.selection(mutant_rooms.room_of(path))
+        groups.setdefault(tests, []).append(path)
+    mark = "cuda" if args.needs_gpu else None
+    everything, folders = [], {}
+    for i, (tests, paths) in enumerate(groups.items()):
+        folder = work if len(groups) == 1 else work / f"tests-{i + 1}"
+        progress.say(f"preparing {folder} and generating the mutants of {len(paths)} file(s)")
+        prepare(folder, tests, source, paths, mark)
+        for m in generate(folder, paths):
+            if mutant_rooms.decides(m.path, m.function):
+                m.room = mutant_rooms.room_of(m.path).name
+                everything.append(m)
+                folders[m.name] = (folder, tests)
     rows = [row for row in load_equivalent(args.equivalent) if row["path"] in modules]
+    gpu_rows = [row for row in load_equivalent(args.gpu_list, "needs_gpu") if row["path"] in modules]
     candidates, equivalent = split_equivalent(everything, rows, args.equivalent)
-    if args.names:
+    candidates, needs_gpu = split_equivalent(candidates, gpu_rows, args.gpu_list)
+    left_out = {m.name for m in equivalent + needs_gpu}
+    capped = []
+    if args.needs_gpu:
+        chosen, selection = needs_gpu, f"the {len(needs_gpu)} mutant(s) only a GPU run can observe"
+        if not chosen:
+            print(f"mutants: {selection}: nothing to run")
+            return 0
+    elif args.names:
         known = {m.name: m for m in everything}
         unknown = [n for n in args.names if n not in known]
         if unknown:
             raise MutantsError(f"no such mutant(s): {unknown}; names are mutmut's, as the survivors list prints them")
-        listed = {m.name for m in equivalent}  # named and reviewed as equivalent: left out, as in a sample
-        chosen = [known[n] for n in args.names if n not in listed]
+        chosen = [known[n] for n in args.names if n not in left_out]  # reviewed: left out, as in a sample
         selection = (f"{len(args.names)} named mutant(s)" + (f", {len(args.names) - len(chosen)} of them reviewed as "
-                                                               f"equivalent" if len(chosen) < len(args.names) else ""))
+                                                               f"equivalent or needing a GPU"
+                                                               if len(chosen) < len(args.names) else ""))
         if not chosen:
             print(f"mutants: {selection}: nothing to run")
             return 0
@@ -553,37 +680,62 @@ def _main(args, progress: Progress) -> int:
                      f"{base[:12]}")
         chosen = touched
         if args.max_mutants and len(touched) > args.max_mutants:
-            chosen = sample(touched, args.max_mutants, args.seed)
-            selection += f", a seeded sample of {args.max_mutants} (seed {args.seed})"
+            chosen = sample(touched, args.max_mutants, seed)
+            capped = [m for m in touched if m not in chosen]
+            selection += f", {args.max_mutants} of them run (a sample, seed {seed}): {len(capped)} past the cap"
         if not chosen:
             print(f"mutants: the changed lines hold no mutant ({selection}); nothing to run")
             return 0
     else:
-        # drawn from every mutant, then the reviewed equivalents left out: a seed draws the same mutants however
-        # the list of equivalents grows, so runs before and after a review compare
-        drawn = sample(everything, args.sample, args.seed)
-        left_out = {m.name for m in equivalent}
+        # drawn from every mutant, then the reviewed ones left out: a seed draws the same mutants however the
+        # lists grow, so runs before and after a review compare
+        drawn = sample(everything, args.sample, seed)
         chosen = [m for m in drawn if m.name not in left_out]
-        selection = (f"a sample of {len(drawn)} of {len(everything)} mutants (seed {args.seed}), "
-                     f"{len(drawn) - len(chosen)} of them reviewed as equivalent")
-    progress.say(f"{len(everything)} mutants generated, {len(equivalent)} listed as equivalent; running {selection}")
-    ran = run_and_confirm(work, chosen, args.children, args.budget, progress, tests)
+        selection = (f"a sample of {len(drawn)} of {len(everything)} mutants (seed {seed}"
+                     + (", derived from the commit" if args.seed == "auto" else "") + f"), "
+                     f"{sum(m.name in {e.name for e in equivalent} for m in drawn)} of them reviewed as equivalent, "
+                     f"{sum(m.name in {g.name for g in needs_gpu} for m in drawn)} needing a GPU")
+    progress.say(f"{len(everything)} mutants generated, {len(equivalent)} listed as equivalent, {len(needs_gpu)} "
+                 f"as needing a GPU; running {selection}")
+    ran = {"codes": {}, "tests": {}, "completed": set(), "out_of_time": False, "seconds": 0.0, "unconfirmed": []}
+    for tests in groups:
+        part = [m for m in chosen if folders[m.name][1] == tests]
+        left = None if args.budget is None else args.budget - ran["seconds"]
+        if not part or (left is not None and left <= 0):
+            continue
+        got = run_and_confirm(folders[part[0].name][0], part, args.children, left, progress, tests)
+        for key in ("codes", "tests"):
+            ran[key].update(got[key])
+        ran["completed"] |= got["completed"]
+        ran["unconfirmed"] += got["unconfirmed"]
+        ran["seconds"] += got["seconds"]
+        ran["out_of_time"] |= got["out_of_time"]
     summary = judge(chosen, ran)
-    figures = {"engine": ENGINE, "selection": selection, "tests": list(tests), "children": args.children,
-               "threads": int(THREADS["OMP_NUM_THREADS"]),
-               "seconds": ran["seconds"], "generated": len(everything), "equivalent": len(equivalent),
+    trained = training_seeds()
+    figures = {"engine": ENGINE, "selection": selection, "tests": [list(t) for t in groups],
+               "rooms": [room.name for room in chosen_rooms], "children": args.children,
+               "threads": int(THREADS["OMP_NUM_THREADS"]), "seconds": ran["seconds"], "generated": len(everything),
+               "equivalent": len(equivalent), "needs_gpu": [asdict(m) for m in needs_gpu],
+               "seed": seed, "seed_from": f"commit {commit}" if args.seed == "auto" else "given",
+               "sample_role": (f"training, {args.training} its tests" if args.training else
+                               "training" if seed in trained else "fresh"),
                "run": len(chosen), "summary": summary, "unconfirmed": ran["unconfirmed"],
-               "mutants": [asdict(m) for m in chosen]}
-    results.write_if_asked(args, "mutants", figures, commit=commit, dirty=dirty)
+               "capped": [m.name for m in capped], "mutants": [asdict(m) for m in chosen]}
+    results.write_if_asked(args, kind, figures, commit=commit, dirty=dirty)
     print(report(figures, chosen))
     unrun = [m for m in chosen if m.status == OTHER and (m.path, m.function) not in IMPORT_TIME]
     survivors = [m for m in chosen if m.status in (SURVIVED, NO_TESTS)]
     if survivors and (args.min_score is None or (summary["score"] or 0) < args.min_score):
         return 1
-    if unrun:
-        print(f"NOT JUDGED: {len(unrun)} mutant(s) did not finish"
-              + (f" within --budget {args.budget:g} s" if ran["out_of_time"] else "")
-              + "; give more time (--budget) or fewer mutants (--max-mutants)")
+    if unrun or capped:
+        if unrun:
+            print(f"NOT JUDGED: {len(unrun)} mutant(s) did not finish"
+                  + (f" within --budget {args.budget:g} s" if ran["out_of_time"] else "")
+                  + "; give more time (--budget) or fewer mutants (--max-mutants)")
+        if capped:
+            print(f"NOT JUDGED: {len(capped)} mutant(s) of the changed lines past --max-mutants {args.max_mutants}: "
+                  + ", ".join(m.name for m in capped) + "; run them (--names, or a larger --max-mutants), or split "
+                  "the change")
         return strict.NOT_JUDGED
     return 0
 
@@ -594,12 +746,20 @@ def report(figures: dict, chosen: list) -> str:
     if s["score"] is not None:
         lines.append(f"score: {s['killed']} killed of {s['judged']} = {100 * s['score']:.1f}% (exact 95% interval "
                      f"{100 * s['interval'][0]:.1f}% to {100 * s['interval'][1]:.1f}%); {s['timeouts']} of the killed "
-                     f"timed out; {s['not_judged']} not judged; {figures['equivalent']} listed as equivalent")
+                     f"timed out; {s['not_judged']} not judged; {figures['equivalent']} listed as equivalent; "
+                     f"{len(figures.get('needs_gpu', []))} need a GPU (counted apart: gpu-check runs them)")
+        lines.append(f"sample: seed {figures.get('seed')} ({figures.get('seed_from')}), "
+                     f"{figures.get('sample_role', 'fresh')}")
+        for room, r in s.get("rooms", {}).items():
+            lines.append(f"  {room}: " + (f"{r['killed']} killed of {r['judged']} = {100 * r['score']:.1f}% "
+                                          f"({100 * r['interval'][0]:.1f}% to {100 * r['interval'][1]:.1f}%)"
+                                          if r["score"] is not None else "none judged")
+                         + (f", {r['not_judged']} not judged" if r["not_judged"] else ""))
     for m in chosen:
         if m.status == OTHER:
             why = ("runs at import, so mutmut cannot tell which tests meet it" if (m.path, m.function) in IMPORT_TIME
                    else "timed out beside another mutant; its run alone did not finish in time"
-                   if m.name in figures.get("unconfirmed", []) else "did not finish")
+                   if m.name in figures.get("unconfirmed", []) else "did not finish within the budget")
             lines.append(f"not judged: {m.name} ({m.path} line {m.lines[0] if m.lines else '?'}): {why}")
     for m in chosen:
         if m.status == TIMEOUT:
