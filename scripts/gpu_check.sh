@@ -79,9 +79,10 @@ PACKED_LIMIT=${PACKED_LIMIT:-120}              # packed: stage 4c, packed CFG at
 MEMORY_LIMIT=${MEMORY_LIMIT:-240}              # memory: stage 4d, stopped with SIGINT at its limit, keeping the calls measured
 STREAM_LIMIT=${STREAM_LIMIT:-90}               # stream-gpu-defaults: stage 5, the stream with the GPU defaults
 STREAM_STOCK_LIMIT=${STREAM_STOCK_LIMIT:-60}   # stream-gpu-stock: stage 5, stock eager
+MUTANTS_LIMIT=${MUTANTS_LIMIT:-420}            # mutants-gpu: stage 6, the mutants only a GPU run can observe, against the cuda tests
 DEADLINE=${DEADLINE:-$([ "$mode" = quick ] && echo 570)}  # the call: with --quick, a 10-minute limit per command less 30 s for the last records
 RESERVE=30  # seconds a stage leaves before DEADLINE: pytest's 20 s after SIGINT, the records and the summary
-STAGES=${STAGES:-$([ "$mode" = quick ] && echo "collect quick-parity inductor targets" || echo "3 4 4b 4c 4d 5")}
+STAGES=${STAGES:-$([ "$mode" = quick ] && echo "collect quick-parity inductor targets" || echo "3 4 4b 4c 4d 5 6")}
 
   # --quick's selection, in one place: a bf16 row of each CUDA patch and of the stack (compiled rows on the tiny
   # checkpoint; cuda_tf32 acts on fp32 matmuls only, so its row is fp32), the compiled vocoder, a stream and a move
@@ -267,6 +268,12 @@ else
       --dtype bfloat16 --apply defaults --rounds 5 --out "$OUT/stream-gpu-defaults"
     run_stage stream-gpu-stock "$STREAM_STOCK_LIMIT" TERM "$PY" -m harness.speed.streaming --size full --device cuda \
       --dtype bfloat16 --points clone6-six-32 --rounds 3 --out "$OUT/stream-gpu-stock"
+  fi
+  if want 6; then
+    stage "6 mutants only a GPU run can observe (fixtures/mutants/needs_gpu.json), against the cuda tests"
+    limit=$(limit_for "$MUTANTS_LIMIT")
+    run_stage mutants-gpu "$MUTANTS_LIMIT" TERM "$PY" -m harness audit mutants --needs-gpu \
+      --budget "$(( limit > 60 ? limit - 60 : 1 ))" --results "$RESULTS"
   fi
 fi
 

@@ -300,3 +300,30 @@ def test_mutants_past_the_cap_are_named_and_not_judged(monkeypatch, tmp_path, ca
     ran.clear()
     assert mutants.main(argv + ["--max-mutants", "5"]) == 0 and len(ran) == 5
     assert "NOT JUDGED" not in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.control
+def test_the_stage_fails_on_a_planted_survivor_in_the_gpu_code_and_in_a_gate_rule(tmp_path):
+    """Known worse, in the two rooms a change to the patches' stage used to skip: a line nothing reads, planted in
+    fastpath/gpu/padding.py's llm_call_shape and in harness/gate/gate.py's rule_parity, committed as one change on
+    main. CI's command (`--changed-since auto`, every room) fails naming a survivor of each, with its room. (Before
+    the scope took in the harness, the gate's line was not mutated at all, and the stage passed on it.)"""
+    copy = _copy_of_checkout(tmp_path)
+    plants = {"fastpath/gpu/padding.py": "def llm_call_shape(args: tuple, kwargs: dict):\n",
+              "harness/gate/gate.py": "def rule_parity(result: dict, against: dict | None = None) -> Check:\n"}
+    for path, line in plants.items():
+        text = (copy / path).read_text()
+        assert line in text, f"{path}: the planted function's first line moved; update this test"
+        (copy / path).write_text(text.replace(line, line + "    limit = 64  # read by nothing\n", 1))
+    _git(copy, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "planted in two rooms")
+    done = subprocess.run([sys.executable, "-m", "harness", "mutants", "--changed-since", "auto", "--source",
+                           str(copy), "--work", str(tmp_path / "work"), "--tests",
+                           "tests_patches/test_gpu_padding.py::test_llm_call_shape_takes_only_what_padding_handles",
+                           "tests_harness/test_gate.py::test_parity_rules"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out[-3000:]
+    assert "SURVIVED: fastpath.gpu.padding.x_llm_call_shape__mutmut_" in out, out[-3000:]
+    assert "SURVIVED: harness.gate.gate.x_rule_parity__mutmut_" in out, out[-3000:]
+    assert re.search(r"^  gpu: \d+ killed of \d+", out, re.M) and re.search(r"^  gate: \d+ killed of \d+", out, re.M)

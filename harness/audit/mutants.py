@@ -36,7 +36,6 @@ import json
 import os
 import random
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -436,7 +435,8 @@ def run_mutants(work: Path, mutants: list, children: int, budget: float | None, 
     stats_file = work / "mutants" / "mutmut-stats.json"
     tests = json.loads(stats_file.read_text()).get("tests_by_mangled_function_name", {}) if stats_file.exists() else {}
     return {"codes": codes, "tests": tests, "completed": set(seen), "out_of_time": out_of_time,
-            "seconds": time.monotonic() - started}
+            "seconds": time.monotonic() - started,
+            "setup_seconds": None if first is None else first - started}  # the stats and clean runs, before any mutant
 
 
 def _tail(text: str, lines: int = 40) -> str:
@@ -635,18 +635,21 @@ def _main(args, progress: Progress) -> int:
     # what the work copy holds is the checkout now: a run takes long, and the checkout may change before it ends
     commit, dirty = results.checkout_state(source)
     seed = auto_seed(commit) if args.seed == "auto" else args.seed
-    kind = kind_of(args, seed)
+    kind = kind_of(args, seed) if getattr(args, "results", None) is not None else None  # checked before the run
     groups = {}  # tests -> files: rooms that meet the same tests share one work folder and one stats run
     for path in modules:
         tests = tuple(args.tests) if args.tests else mutant_rooms.selection(mutant_rooms.room_of(path))
         groups.setdefault(tests, []).append(path)
     mark = "cuda" if args.needs_gpu else None
-    everything, folders = [], {}
+    everything, folders, generating = [], {}, {}
     for i, (tests, paths) in enumerate(groups.items()):
         folder = work if len(groups) == 1 else work / f"tests-{i + 1}"
         progress.say(f"preparing {folder} and generating the mutants of {len(paths)} file(s)")
+        started = time.monotonic()
         prepare(folder, tests, source, paths, mark)
-        for m in generate(folder, paths):
+        found = generate(folder, paths)
+        generating[tests] = time.monotonic() - started
+        for m in found:
             if mutant_rooms.decides(m.path, m.function):
                 m.room = mutant_rooms.room_of(m.path).name
                 everything.append(m)
@@ -698,6 +701,7 @@ def _main(args, progress: Progress) -> int:
     progress.say(f"{len(everything)} mutants generated, {len(equivalent)} listed as equivalent, {len(needs_gpu)} "
                  f"as needing a GPU; running {selection}")
     ran = {"codes": {}, "tests": {}, "completed": set(), "out_of_time": False, "seconds": 0.0, "unconfirmed": []}
+    timings = []  # per set of tests: its mutants, its seconds, and how many of them went to the stats and clean runs
     for tests in groups:
         part = [m for m in chosen if folders[m.name][1] == tests]
         left = None if args.budget is None else args.budget - ran["seconds"]
@@ -710,6 +714,9 @@ def _main(args, progress: Progress) -> int:
         ran["unconfirmed"] += got["unconfirmed"]
         ran["seconds"] += got["seconds"]
         ran["out_of_time"] |= got["out_of_time"]
+        timings.append({"tests": list(tests), "rooms": sorted({m.room for m in part}), "mutants": len(part),
+                        "generate_seconds": generating[tests], "seconds": got["seconds"],
+                        "setup_seconds": got.get("setup_seconds")})
     summary = judge(chosen, ran)
     trained = training_seeds()
     figures = {"engine": ENGINE, "selection": selection, "tests": [list(t) for t in groups],
@@ -720,8 +727,9 @@ def _main(args, progress: Progress) -> int:
                "sample_role": (f"training, {args.training} its tests" if args.training else
                                "training" if seed in trained else "fresh"),
                "run": len(chosen), "summary": summary, "unconfirmed": ran["unconfirmed"],
-               "capped": [m.name for m in capped], "mutants": [asdict(m) for m in chosen]}
-    results.write_if_asked(args, kind, figures, commit=commit, dirty=dirty)
+               "capped": [m.name for m in capped], "timings": timings, "mutants": [asdict(m) for m in chosen]}
+    if kind:
+        results.write_if_asked(args, kind, figures, commit=commit, dirty=dirty)
     print(report(figures, chosen))
     unrun = [m for m in chosen if m.status == OTHER and (m.path, m.function) not in IMPORT_TIME]
     survivors = [m for m in chosen if m.status in (SURVIVED, NO_TESTS)]
