@@ -21,7 +21,6 @@ from harness.audit import mutant_rooms
 ROOT = Path(__file__).resolve().parents[1]
 PLANTED = ROOT / "fixtures" / "mutants" / "planted.json"
 ROWS = json.loads(PLANTED.read_text())["planted"]
-pytestmark = [pytest.mark.slow, pytest.mark.control]
 
 
 def row_id(row) -> str:
@@ -104,11 +103,15 @@ def test_every_decision_module_has_a_plant_each_way():
 MODULES_WITH_ONE_WAY: dict = {}
 
 
+@pytest.mark.slow
+@pytest.mark.control
 def test_the_unplanted_copy_passes_every_named_test(outcomes):
     done = outcomes["control"]
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
 
 
+@pytest.mark.slow
+@pytest.mark.control
 @pytest.mark.parametrize("row", ROWS, ids=row_id)
 def test_each_planted_verdict_flip_is_killed_by_its_test(outcomes, row):
     done = outcomes[row_id(row)]
