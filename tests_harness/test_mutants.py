@@ -247,7 +247,7 @@ def test_a_planted_surviving_mutant_fails_the_change_until_listed_as_equivalent(
     assert done.returncode == 1, done.stdout + done.stderr
     assert "SURVIVED: fastpath.registry.x_applied__mutmut_" in done.stdout
     assert "+    limit = " in done.stdout and "run it again: fastpath-suite audit mutants --names" in done.stdout
-    figures = json.loads(next((tmp_path / "results" / "mutants").glob("*.json")).read_text())["figures"]
+    figures = json.loads(next((tmp_path / "results" / "mutants-change").glob("*.json")).read_text())["figures"]
     survivors = [m for m in figures["mutants"] if m["status"] == "survived"]
     assert survivors and all(m["before"] == "limit = 64  # read by nothing" for m in survivors)
     # the known-equivalent control: the same mutants, reviewed as equivalent, pass; nothing else of the change
@@ -304,14 +304,15 @@ def test_mutants_past_the_cap_are_named_and_not_judged(monkeypatch, tmp_path, ca
 
 @pytest.mark.slow
 @pytest.mark.control
-def test_the_stage_fails_on_a_planted_survivor_in_the_gpu_code_and_in_a_gate_rule(tmp_path):
-    """Known worse, in the two rooms a change to the patches' stage used to skip: a line nothing reads, planted in
-    fastpath/gpu/padding.py's llm_call_shape and in harness/gate/gate.py's rule_parity, committed as one change on
-    main. CI's command (`--changed-since auto`, every room) fails naming a survivor of each, with its room. (Before
-    the scope took in the harness, the gate's line was not mutated at all, and the stage passed on it.)"""
+def test_the_stage_fails_on_a_planted_survivor_in_the_gpu_code_and_in_the_gate(tmp_path):
+    """Known worse, in two rooms the stage used to skip: a line nothing reads, planted in fastpath/gpu/padding.py's
+    llm_call_shape and in harness/gate/versions.py's declared_requirement (a small file: mutmut generates every
+    mutant of a file it mutates), committed as one change on main. CI's command (`--changed-since auto`, every room)
+    fails naming a survivor of each, with its room. (Before the scope took in fastpath/gpu/ and the harness, neither
+    line was mutated, and the stage passed on them.)"""
     copy = _copy_of_checkout(tmp_path)
     plants = {"fastpath/gpu/padding.py": "def llm_call_shape(args: tuple, kwargs: dict):\n",
-              "harness/gate/gate.py": "def rule_parity(result: dict, against: dict | None = None) -> Check:\n"}
+              "harness/gate/versions.py": "def declared_requirement(pyproject: Path = PYPROJECT) -> Requirement:\n"}
     for path, line in plants.items():
         text = (copy / path).read_text()
         assert line in text, f"{path}: the planted function's first line moved; update this test"
@@ -320,10 +321,11 @@ def test_the_stage_fails_on_a_planted_survivor_in_the_gpu_code_and_in_a_gate_rul
     done = subprocess.run([sys.executable, "-m", "harness", "mutants", "--changed-since", "auto", "--source",
                            str(copy), "--work", str(tmp_path / "work"), "--tests",
                            "tests_patches/test_gpu_padding.py::test_llm_call_shape_takes_only_what_padding_handles",
-                           "tests_harness/test_gate.py::test_parity_rules"],
+                           "tests_patches/test_omnivoice_range.py::test_the_declared_omnivoice_range_admits_exactly_"
+                           "the_verified_versions"],
                           cwd=ROOT, capture_output=True, text=True, timeout=1200)
     out = done.stdout + done.stderr
     assert done.returncode == 1, out[-3000:]
     assert "SURVIVED: fastpath.gpu.padding.x_llm_call_shape__mutmut_" in out, out[-3000:]
-    assert "SURVIVED: harness.gate.gate.x_rule_parity__mutmut_" in out, out[-3000:]
+    assert "SURVIVED: harness.gate.versions.x_declared_requirement__mutmut_" in out, out[-3000:]
     assert re.search(r"^  gpu: \d+ killed of \d+", out, re.M) and re.search(r"^  gate: \d+ killed of \d+", out, re.M)
