@@ -203,7 +203,7 @@ def pytest_configure(config):
     # any test computes anything.
     threads = torch.get_num_threads()
     # what the process started with, for what must not follow this run's thread count (a test checkpoint's build)
-    from harness.model.checkpoint import THREADS_ENV
+    from harness.run.machine import THREADS_ENV
 
     _ENV_BEFORE.setdefault(THREADS_ENV, os.environ.get(THREADS_ENV))
     os.environ[THREADS_ENV] = os.environ.get(THREADS_ENV) or str(threads)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from contextlib import contextmanager
 from importlib import metadata
 
@@ -202,10 +201,10 @@ def the_runs_threads():
     threads (conftest.py), so alone and under -n auto the same machine had two layouts, and the one recorded alone
     was not found in a worker. Counted at the thread count the run started with (THREADS_ENV, exported before
     xdist splits the threads), alone or in a worker; put back after."""
-    from harness.model.checkpoint import THREADS_ENV
+    from harness.run.machine import started_threads
 
     had = torch.get_num_threads()
-    torch.set_num_threads(int(os.environ.get(THREADS_ENV) or had))
+    torch.set_num_threads(started_threads())
     try:
         yield
     finally:
@@ -279,7 +278,7 @@ def test_the_recorded_counts_are_found_in_a_worker_with_its_share_of_the_threads
     batch_of_3", though they were recorded. Planted: the run started with 2 threads, this process computes on 1, and
     `loop.row_count` answers three rows more than it finds on fewer threads than the run's (the kernels' row blocks
     at another thread count). The counts are measured at the run's thread count and found."""
-    from harness.model.checkpoint import THREADS_ENV
+    from harness.run.machine import THREADS_ENV
 
     found = loop.row_count
 

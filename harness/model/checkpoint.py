@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import REPO_ROOT
+from harness.run.machine import started_threads
 
 RECIPE_FILE = REPO_ROOT / "fixtures" / "checkpoint" / "recipe.json"
 TOKENIZER_CORPUS = REPO_ROOT / "fixtures" / "checkpoint" / "tokenizer_corpus.txt"
@@ -218,17 +219,13 @@ def build_checkpoint(size: str = "tiny", root: Path | None = None) -> Path:
     return final
 
 
-THREADS_ENV = "FASTPATH_DEFAULT_THREADS"  # the process's torch threads before a test run divided them (conftest.py)
-
-
 def _build_into(recipe: dict, size: str, key: str, root: Path, final: Path) -> None:
     """Built with the torch threads the process started with: the codec's calibration reduces in parallel, and its
     bits follow the thread count (one thread and two give another audio tokenizer), so a build inside a pytest-xdist
     worker, which runs on its share of the threads, must give what the install's build gives."""
     import torch
 
-    had = torch.get_num_threads()
-    want = int(os.environ.get(THREADS_ENV) or had)
+    had, want = torch.get_num_threads(), started_threads()
     if want != had:
         torch.set_num_threads(want)
     try:

@@ -83,6 +83,17 @@ def tree_digest(folder, suffixes: tuple | None = None) -> str:
     return h.hexdigest()
 
 
+THREADS_ENV = "FASTPATH_DEFAULT_THREADS"  # the process's torch threads before a test run divided them (conftest.py)
+
+
+def started_threads() -> int:
+    """The torch thread count this process started with: THREADS_ENV where a test run set it before its xdist
+    workers took their share of the threads, else torch's count now."""
+    import torch
+
+    return int(os.environ.get(THREADS_ENV) or torch.get_num_threads())
+
+
 def load_average() -> float | None:
     """The 1-minute load average (None where the platform has none): named beside a timing that did not hold."""
     try:

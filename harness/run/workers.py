@@ -115,13 +115,11 @@ def forwarded_env() -> dict:
     OMP_NUM_THREADS to a task's num_cpus (1) when it is unset, and on an AVX2 machine a judge's float sums follow the
     thread count a process starts with: GE2E similarities then differ from the serial run's in the 8th digit, so
     the sharded verdict is not the serial one."""
-    import torch
-
-    from harness.run.machine import ISA_LIMITS
+    from harness.run.machine import ISA_LIMITS, started_threads
 
     names = set(FORWARDED_NAMES) | set(ISA_LIMITS)
     env = {k: v for k, v in os.environ.items() if k in names or k.startswith(FORWARDED_PREFIXES)}
-    env.setdefault("OMP_NUM_THREADS", os.environ.get("FASTPATH_DEFAULT_THREADS") or str(torch.get_num_threads()))
+    env.setdefault("OMP_NUM_THREADS", str(started_threads()))
     return env
 
 
