@@ -30,6 +30,7 @@ again are printed), 2 bad input (a stale equivalent, a base that does not resolv
 from __future__ import annotations
 
 import argparse
+import ast
 import difflib
 import hashlib
 import json
@@ -171,35 +172,59 @@ def _generate_here(modules) -> None:
         copy_also_copy_files()
         setup_source_paths()
         create_mutants(os.cpu_count() or 1)
-    import libcst as cst
-
     rows = []
     for path in modules:
         meta = json.loads((Path("mutants") / (path + ".meta")).read_text())
-        wrapper = cst.metadata.MetadataWrapper(cst.parse_module(Path(path).read_text()))
-        positions = wrapper.resolve(cst.metadata.PositionProvider)
-        parsed = (wrapper.module, positions, cst.parse_module((Path("mutants") / path).read_text()))
-        for name in meta["exit_code_by_key"]:
-            rows.append(asdict(describe(name, path, parsed)))
+        names = [name for name in meta["exit_code_by_key"] if mutant_rooms.decides(path, _function_of(name))]
+        if names:
+            original, mutated = Path(path).read_text(), (Path("mutants") / path).read_text()
+            parsed = (original.splitlines(), _defs(original), mutated.splitlines(), _defs(mutated, qualified=False))
+            rows += [asdict(describe(name, path, parsed)) for name in names]
     print(json.dumps(rows))
+
+
+def _function_of(name: str) -> str:
+    """A mutant's function as the rooms name it: `function` or `Class.method`."""
+    from mutmut.utils.format_utils import orig_function_and_class_names_from_key
+
+    function, cls = orig_function_and_class_names_from_key(name)
+    return f"{cls}.{function}" if cls else function
+
+
+def _defs(text: str, qualified: bool = True) -> dict:
+    """{`function` or `Class.method` (bare names where not `qualified`): (its def line, its last line)} of each
+    function and method of a file, found by Python's own parser: on a large file mutmut's mutated copy (each mutant a
+    copy of its function) runs to megabytes, which libcst took minutes and gigabytes to parse."""
+    spans = {}
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.ClassDef):
+            inner = [(n, node.name + "." if qualified else "") for n in node.body]
+        else:
+            inner = [(node, "")]
+        for sub, owner in inner:
+            if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                spans.setdefault(owner + sub.name, (sub.lineno, sub.end_lineno))  # the first, as mutmut finds
+    return spans
 
 
 def describe(name: str, path: str, parsed: tuple) -> Mutant:
     """The mutant's function, the lines of the original file it changes and its diff (as `mutmut show` prints it).
-    `parsed`: (the original file as a libcst module, its positions, mutmut's mutated file)."""
-    import libcst as cst
-    from mutmut.mutation.diff_apply import read_mutant_function
-    from mutmut.utils.format_utils import orig_function_and_class_names_from_key
-
-    function, cls = orig_function_and_class_names_from_key(name)
-    module, positions, mutated = parsed
-    target = _find(module, function, cls)
-    if target is None:
-        raise MutantsError(f"{path}: no function {cls + '.' if cls else ''}{function} for mutant {name}")
-    mutant = read_mutant_function(mutated, name).with_changes(name=cst.Name(function))
-    old_code, new_code = module.code_for_node(target), module.code_for_node(mutant)
-    first = positions[target].start.line - len(target.leading_lines)  # the file's line of old_code's first line
-    old_lines, new_lines = old_code.splitlines(), new_code.splitlines()
+    `parsed`: (the original file's lines, its _defs, mutmut's mutated file's lines, its _defs by bare name). The
+    mutant's function in mutmut's file (named `x_function__mutmut_N`, or `xǁClassǁmethod__mutmut_N` in its class)
+    differs from the original's text only where mutmut changed it: libcst writes back what it does not change."""
+    qualified = _function_of(name)
+    function = qualified.rpartition(".")[2]
+    original, defs, mutated, mutated_defs = parsed
+    if qualified not in defs:
+        raise MutantsError(f"{path}: no function {qualified} for mutant {name}")
+    defined = name.split(".")[-1]  # the module's name is before the function's
+    span = mutated_defs.get(defined)
+    if span is None:
+        raise MutantsError(f"{path}: mutmut's mutated file has no function {defined} (mutant {name})")
+    first = defs[qualified][0]
+    old_lines = original[first - 1:defs[qualified][1]]
+    new_lines = mutated[span[0] - 1:span[1]]
+    new_lines[0] = new_lines[0].replace(f"def {defined}(", f"def {function}(", 1)
     lines, before, after = [], "", ""
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False).get_opcodes():
         if tag == "equal":
@@ -209,27 +234,15 @@ def describe(name: str, path: str, parsed: tuple) -> Mutant:
             before = old_lines[i1].strip()
         if not after and j2 > j1:
             after = new_lines[j1].strip()
-    diff = "\n".join(difflib.unified_diff(old_code.strip().split("\n"), new_code.strip().split("\n"),
-                                          fromfile=path, tofile=path, lineterm=""))
-    return Mutant(name=name, path=path, function=f"{cls}.{function}" if cls else function, lines=sorted(set(lines)),
-                  before=before, after=after, diff=diff)
+    diff = "\n".join(difflib.unified_diff(_dedent(old_lines), _dedent(new_lines), fromfile=path, tofile=path,
+                                          lineterm=""))
+    return Mutant(name=name, path=path, function=qualified, lines=sorted(set(lines)), before=before, after=after,
+                  diff=diff)
 
 
-def _find(module, function: str, cls: str | None):
-    import libcst as cst
-
-    body = module.body
-    if cls:
-        for node in body:
-            if isinstance(node, cst.ClassDef) and node.name.value == cls:
-                body = node.body.body
-                break
-        else:
-            return None
-    for node in body:
-        if isinstance(node, cst.FunctionDef) and node.name.value == function:
-            return node
-    return None
+def _dedent(lines: list) -> list:
+    cut = len(lines[0]) - len(lines[0].lstrip())
+    return [line[cut:] if line[:cut].isspace() else line for line in lines]
 
 
 # --- equivalent mutants ---------------------------------------------------------------------------------------------
