@@ -156,6 +156,15 @@ def generate(work: Path, modules=MODULES) -> list:
     return [Mutant(**row) for row in json.loads(done.stdout.splitlines()[-1])]
 
 
+# A process a test starts (a child pytest, `python -m harness`) imports the mutated fastpath from mutants/ (its
+# PYTHONPATH) and inherits mutmut's mode. In a mutant's run that is right: the child runs the mutant too. In the stats
+# run it is not: the child has no mutmut configuration to record its calls in, and mutmut fails the whole run. Python
+# imports sitecustomize from the path at every start: there, the stats mode becomes "no mutant" (the original code).
+STATS_CHILD = (f"# written by {__name__}: a child started during mutmut's stats run runs the original code\n"
+               "import os\n\nif os.environ.get('MUTANT_UNDER_TEST') == 'stats':\n"
+               "    os.environ['MUTANT_UNDER_TEST'] = ''\n")
+
+
 def _generate_here(modules) -> None:
     """In the work folder: mutmut writes mutants/, then one JSON line describes every mutant."""
     import contextlib
@@ -172,6 +181,7 @@ def _generate_here(modules) -> None:
         copy_also_copy_files()
         setup_source_paths()
         create_mutants(os.cpu_count() or 1)
+    Path("mutants", "sitecustomize.py").write_text(STATS_CHILD)
     rows = []
     for path in modules:
         meta = json.loads((Path("mutants") / (path + ".meta")).read_text())
