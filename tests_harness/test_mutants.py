@@ -210,6 +210,34 @@ def _copy_of_checkout(tmp_path) -> Path:
     return copy
 
 
+@pytest.mark.parametrize("mode, child_sees", [
+    ("stats", ""),  # the stats run's child: no mutmut configuration to record in, so it runs the original code
+    ("fastpath.registry.x_apply__mutmut_1", "fastpath.registry.x_apply__mutmut_1"),  # a mutant's: runs it too
+    ("fail", "fail"),  # mutmut's forced-failure check reaches children as well
+])
+def test_a_child_of_the_stats_run_runs_the_original_code_and_a_mutants_child_the_mutant(tmp_path, mode, child_sees):
+    (tmp_path / "sitecustomize.py").write_text(mutants.STATS_CHILD)
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), MUTANT_UNDER_TEST=mode)
+    done = subprocess.run([sys.executable, "-c", "import os; print(repr(os.environ['MUTANT_UNDER_TEST']))"],
+                          env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == repr(child_sees)
+
+
+def test_a_mutant_is_described_from_the_text_of_its_function_in_mutmuts_file():
+    original = "import x\n\n\nclass C:\n    # a comment\n    def f(self, a):\n        return a + 1\n\n\ndef g(b):\n" \
+               "    return b\n"
+    mutated = ("class C:\n    def f(self, a):\n        return a + 1\n\n    def xǁCǁf__mutmut_1(self, a):\n"
+               "        return a - 1\n\n\ndef x_g__mutmut_1(b):\n    return None\n")
+    parsed = (original.splitlines(), mutants._defs(original), mutated.splitlines(),
+              mutants._defs(mutated, qualified=False))
+    method = mutants.describe("m.xǁCǁf__mutmut_1", "m.py", parsed)
+    assert (method.function, method.lines, method.before, method.after) == ("C.f", [7], "return a + 1", "return a - 1")
+    top = mutants.describe("m.x_g__mutmut_1", "m.py", parsed)
+    assert (top.function, top.lines, top.before, top.after) == ("g", [11], "return b", "return None")
+    with pytest.raises(mutants.MutantsError, match="x_g__mutmut_2"):
+        mutants.describe("m.x_g__mutmut_2", "m.py", parsed)
+
+
 def test_changed_lines_and_the_base_of_a_change(tmp_path):
     copy = _copy_of_checkout(tmp_path)
     path = copy / "fastpath" / "registry.py"
