@@ -146,7 +146,9 @@ def prepare(work: Path, tests=TESTS, source: Path = ROOT, modules=MODULES, mark:
 # --- generate -------------------------------------------------------------------------------------------------------
 
 def generate(work: Path, modules=MODULES) -> list:
-    """Every mutant of `modules` (mutmut's generation, in a child process in the work folder)."""
+    """The mutants of `modules` in their deciding functions (mutmut's generation, in a child process in the work
+    folder). The work folder's own harness runs it: a checkout of an older commit (`--source`, the budget's commits)
+    may describe every mutant of its files, so callers still keep only what `mutant_rooms.decides`."""
     code = f"import harness.audit.mutants as m; m._generate_here({list(modules)!r})"
     done = subprocess.run([sys.executable, "-c", code], cwd=work,
                           capture_output=True, text=True)
