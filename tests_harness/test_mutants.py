@@ -223,6 +223,37 @@ def test_a_child_of_the_stats_run_runs_the_original_code_and_a_mutants_child_the
     assert done.stdout.strip() == repr(child_sees)
 
 
+IN_ORDER_MODULE = """import pytest
+
+@pytest.fixture(scope="module")
+def built():
+    with open("setups.txt", "a") as f:
+        f.write(__name__ + "\\n")
+
+@pytest.mark.parametrize("i", range(3))
+def test_one(built, i):
+    pass
+
+def test_two(built):
+    pass
+"""
+
+
+@pytest.mark.parametrize("plugin, setups", [([], 6), (["-p", "harness.audit.in_order"], 2)])
+def test_tests_named_out_of_order_build_each_modules_fixtures_once_in_order(tmp_path, plugin, setups):
+    # mutmut names a run's tests from a set; shuffled, a module's fixtures are built again each time the run returns
+    for name in ("test_a.py", "test_b.py"):
+        (tmp_path / name).write_text(IN_ORDER_MODULE)
+    named = ["test_a.py::test_one[0]", "test_b.py::test_two", "test_a.py::test_two", "test_b.py::test_one[2]",
+             "test_a.py::test_one[2]", "test_b.py::test_one[0]"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-p", "no:xdist", *plugin,
+                           *named], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert "6 passed" in done.stdout
+    assert len((tmp_path / "setups.txt").read_text().split()) == setups
+
+
 def test_a_mutant_is_described_from_the_text_of_its_function_in_mutmuts_file():
     original = "import x\n\n\nclass C:\n    # a comment\n    def f(self, a):\n        return a + 1\n\n\ndef g(b):\n" \
                "    return b\n"

@@ -129,7 +129,9 @@ def prepare(work: Path, tests=TESTS, source: Path = ROOT, modules=MODULES, mark:
     lines += ["only_mutate ="] + [f"    {m}" for m in modules]
     lines += ["also_copy ="] + [f"    {t}" for t in tops]
     lines += ["pytest_add_cli_args_test_selection ="] + [f"    {t}" for t in tests]
-    lines += ["pytest_add_cli_args =", "    -p", "    no:cacheprovider"] + (["    -m", f"    {mark}"] if mark else [])
+    # mutmut names the tests of a run from a set: harness.audit.in_order runs them in their files' order
+    lines += ["pytest_add_cli_args =", "    -p", "    no:cacheprovider", "    -p", "    harness.audit.in_order"]
+    lines += ["    -m", f"    {mark}"] if mark else []
     lines += [
               # torch: plain fork deadlocks in libgomp; the fork server forks from a process with no OpenMP team
               "process_isolation = forkserver", "forkserver_warmup = import",
