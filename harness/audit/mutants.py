@@ -535,6 +535,9 @@ def render_results(figures: dict) -> str:
             f"| {figures['run']} | {s['killed']} ({s['timeouts']}) | {s['survived']} | {s['not_judged']} | "
             f"{figures['equivalent']} | {len(gpu) if 'needs_gpu' in figures else 'not counted'} | {score} | "
             f"{100 * s['interval'][0]:.1f}% to {100 * s['interval'][1]:.1f}% |", ""]
+    for b in figures.get("broken", []):
+        out += [f"Not judged: the {b['mutants']} mutant(s) of `pytest {' '.join(b['tests'][:3])} ...`: their tests "
+                f"did not pass on the unmutated code ({b['error'].strip().splitlines()[-1][:200]}).", ""]
     if s["not_judged"]:
         out += [f"{s['not_judged']} of the {figures['run']} mutants did not finish or could not be judged (a run stopped "
                 "early, or a function that runs at import); the score and its interval are of the judged ones.", ""]
@@ -729,12 +732,18 @@ def _main(args, progress: Progress) -> int:
                  f"as needing a GPU; running {selection}")
     ran = {"codes": {}, "tests": {}, "completed": set(), "out_of_time": False, "seconds": 0.0, "unconfirmed": []}
     timings = []  # per set of tests: its mutants, its seconds, and how many of them went to the stats and clean runs
+    broken = []  # sets of tests whose stats or clean run failed
     for tests in groups:
         part = [m for m in chosen if folders[m.name][1] == tests]
         left = None if args.budget is None else args.budget - ran["seconds"]
         if not part or (left is not None and left <= 0):
             continue
-        got = run_and_confirm(folders[part[0].name][0], part, args.children, left, progress, tests)
+        try:
+            got = run_and_confirm(folders[part[0].name][0], part, args.children, left, progress, tests)
+        except MutantsError as err:  # this set of tests could not run: its mutants are not judged, the others run
+            progress.say(f"error: {err}")
+            broken.append({"tests": list(tests), "mutants": len(part), "error": str(err)[-3000:]})
+            continue
         for key in ("codes", "tests"):
             ran[key].update(got[key])
         ran["completed"] |= got["completed"]
@@ -754,11 +763,16 @@ def _main(args, progress: Progress) -> int:
                "sample_role": (f"training, {args.training} its tests" if args.training else
                                "training" if seed in trained else "fresh"),
                "run": len(chosen), "summary": summary, "unconfirmed": ran["unconfirmed"],
-               "capped": [m.name for m in capped], "timings": timings, "mutants": [asdict(m) for m in chosen]}
+               "capped": [m.name for m in capped], "timings": timings, "broken": broken,
+               "mutants": [asdict(m) for m in chosen]}
     if kind:
         results.write_if_asked(args, kind, figures, commit=commit, dirty=dirty)
     print(report(figures, chosen))
     unrun = [m for m in chosen if m.status == OTHER and (m.path, m.function) not in IMPORT_TIME]
+    if broken:
+        for b in broken:
+            print(f"NOT JUDGED: the {b['mutants']} mutant(s) of pytest {' '.join(b['tests'])}: {b['error']}")
+        return 2
     survivors = [m for m in chosen if m.status in (SURVIVED, NO_TESTS)]
     if survivors and (args.min_score is None or (summary["score"] or 0) < args.min_score):
         return 1
