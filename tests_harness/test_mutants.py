@@ -362,6 +362,37 @@ def test_mutants_past_the_cap_are_named_and_not_judged(monkeypatch, tmp_path, ca
     assert "NOT JUDGED" not in capsys.readouterr().out
 
 
+def test_a_set_of_tests_that_fails_unmutated_leaves_its_mutants_not_judged_and_the_others_run(monkeypatch, tmp_path,
+                                                                                               capsys):
+    # a stranger's fault: one room's tests fail on the unmutated code (mutmut's stats run stops). Before, the whole
+    # command stopped there and the rooms already run were lost with it
+    _, argv = _fake_selection(monkeypatch, tmp_path, 2)
+    strict_mutants = [mutant(name=f"harness.run.strict.x_outcome__mutmut_{i}", path="harness/run/strict.py",
+                             function="outcome", lines=(10,)) for i in (1, 2)]
+    patches = [mutant(name=f"fastpath.registry.x_applied__mutmut_{i}", lines=(10,)) for i in (1, 2)]
+    monkeypatch.setattr(mutants, "changed_lines", lambda base, source, modules: {
+        "fastpath/registry.py": {10}, "harness/run/strict.py": {10}})
+    monkeypatch.setattr(mutants, "generate", lambda work, paths: [
+        Mutant(**vars(m)) for m in patches + strict_mutants if m.path in paths])
+    ran = []
+
+    def run(work, chosen, children, budget, progress, tests):
+        if tests == mutant_rooms.selection(mutant_rooms.room_of("fastpath/registry.py")):
+            raise mutants.MutantsError("mutmut stopped before running a mutant (exit 1): a test failed")
+        ran.extend(m.name for m in chosen)
+        return {"codes": {m.name: (1, 1.0) for m in chosen}, "tests": {}, "completed": {m.name for m in chosen},
+                "out_of_time": False, "seconds": 1.0, "unconfirmed": []}
+
+    monkeypatch.setattr(mutants, "run_and_confirm", run)
+    assert mutants.main(argv) == 2
+    out = capsys.readouterr().out
+    assert sorted(ran) == [m.name for m in strict_mutants]
+    assert "score: 2 killed of 2 = 100.0%" in out and "; 2 not judged;" in out, out
+    for m in patches:
+        assert f"not judged: {m.name} (fastpath/registry.py line 10): its tests failed on the unmutated code" in out
+    assert "NOT JUDGED: the 2 mutant(s) of pytest tests_patches" in out and "a test failed" in out
+
+
 @pytest.mark.slow
 @pytest.mark.control
 def test_the_stage_fails_on_a_planted_survivor_in_the_gpu_code_and_in_the_gate(tmp_path):

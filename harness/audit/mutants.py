@@ -742,7 +742,8 @@ def _main(args, progress: Progress) -> int:
             got = run_and_confirm(folders[part[0].name][0], part, args.children, left, progress, tests)
         except MutantsError as err:  # this set of tests could not run: its mutants are not judged, the others run
             progress.say(f"error: {err}")
-            broken.append({"tests": list(tests), "mutants": len(part), "error": str(err)[-3000:]})
+            broken.append({"tests": list(tests), "mutants": len(part), "names": [m.name for m in part],
+                           "error": str(err)[-3000:]})
             continue
         for key in ("codes", "tests"):
             ran[key].update(got[key])
@@ -808,7 +809,9 @@ def report(figures: dict, chosen: list) -> str:
         if m.status == OTHER:
             why = ("runs at import, so mutmut cannot tell which tests meet it" if (m.path, m.function) in IMPORT_TIME
                    else "timed out beside another mutant; its run alone did not finish in time"
-                   if m.name in figures.get("unconfirmed", []) else "did not finish within the budget")
+                   if m.name in figures.get("unconfirmed", []) else "its tests failed on the unmutated code"
+                   if any(m.name in b["names"] for b in figures.get("broken", [])) else
+                   "did not finish within the budget")
             lines.append(f"not judged: {m.name} ({m.path} line {m.lines[0] if m.lines else '?'}): {why}")
     for m in chosen:
         if m.status == TIMEOUT:
