@@ -472,3 +472,17 @@ def test_compare_stored_finds_the_baseline_of_the_new_runs_device_key(tmp_path, 
     gpu_baseline(tmp_path / "baselines", GPU_KEY)
     assert compare_main(["stored", str(bench_run(tmp_path, GPU_KEY, 1.0))]) == 0
     assert compare_main(["stored", str(bench_run(tmp_path, GPU_KEY, 2.0))]) == 1
+
+
+@pytest.mark.parametrize("new_median, change, verdict", [
+    (0.0, 0.0, "ok"),  # no wait on either side
+    (0.05, math.inf, "ok"),  # a wait inside the slack: no ratio to a zero base, and not worse
+    (0.1, math.inf, "ok"),  # exactly the slack is allowed
+    (0.2, math.inf, "regressed"),  # past it
+])
+def test_a_wait_the_base_never_had_is_judged_by_its_slack_in_seconds(new_median, change, verdict):
+    spread = [0.0] if new_median == 0.0 else [-0.004, -0.002, 0.0, 0.002, 0.004]
+    new = [new_median + spread[i % len(spread)] for i in range(N)]
+    got = compare_point(point([0.0] * N, metric="underrun"), point(sorted(new), metric="underrun"))
+    assert got.new_median == pytest.approx(new_median, abs=1e-12)
+    assert (got.change, got.verdict) == (change, verdict)
