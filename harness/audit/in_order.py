@@ -2,8 +2,7 @@
 
 mutmut names each run's tests (its clean run, each mutant's run) from a set, so pytest gets them shuffled. pytest runs
 them in the order named, and a module's fixtures (a model built, reference outputs generated) are torn down each time
-the next test is in another module and built again when the run comes back: the clean run of the patches' room took
-over 40 minutes that way, where the same tests in their files' order take about 6.
+the next test is in another module and built again when the run comes back (docs/mutants.md says what that cost).
 """
 
 from __future__ import annotations
