@@ -223,6 +223,61 @@ def test_a_child_of_the_stats_run_runs_the_original_code_and_a_mutants_child_the
     assert done.stdout.strip() == repr(child_sees)
 
 
+CHILD_CLI = """import sys
+
+
+def double(x):
+    return x * 2
+
+
+def half(x):
+    return x // 2
+
+
+if __name__ == "__main__":
+    print(double(int(sys.argv[1])))
+"""
+CHILD_TEST = """import subprocess
+import sys
+
+from pkg.cli import half
+
+
+def test_half_here():
+    assert half(6) == 3
+
+
+def test_double_in_a_child():
+    done = subprocess.run([sys.executable, "-m", "pkg.cli", "3"], capture_output=True, text=True)
+    assert done.stdout.strip() == "6", done.stderr
+"""
+
+
+@pytest.mark.parametrize("plugins, status", [
+    ([], "no tests"),  # mutmut's stats run never sees the child's calls: the mutants meet no test
+    (["-p", "harness.audit.child_calls"], "killed"),  # credited to the test that started the child, which kills them
+])
+def test_a_function_a_test_reaches_only_in_a_child_process_meets_that_test(tmp_path, plugins, status):
+    # a project whose only test runs the function as `python -m pkg.cli` (as the tests of fastpath's command line do)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "cli.py").write_text(CHILD_CLI)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_cli.py").write_text(CHILD_TEST)
+    args = "".join(f"    {a}\n" for a in ["-p", "no:cacheprovider", *plugins])
+    (tmp_path / "setup.cfg").write_text("[mutmut]\nsource_paths =\n    pkg\npytest_add_cli_args_test_selection =\n"
+                                        f"    tests\npytest_add_cli_args =\n{args}")
+    (tmp_path / "mutants").mkdir()
+    (tmp_path / "mutants" / "sitecustomize.py").write_text(mutants.STATS_CHILD)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / "mutants"), str(ROOT)]))
+    env.pop("MUTANT_UNDER_TEST", None)
+    subprocess.run([sys.executable, "-m", "mutmut", "run"], cwd=tmp_path, env=env, capture_output=True, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    found = dict(line.strip().rsplit(": ", 1) for line in done.stdout.splitlines() if "x_double__mutmut_" in line)
+    assert found and set(found.values()) == {status}, done.stdout + done.stderr
+
+
 IN_ORDER_MODULE = """import pytest
 
 @pytest.fixture(scope="module")

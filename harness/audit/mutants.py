@@ -130,7 +130,11 @@ def prepare(work: Path, tests=TESTS, source: Path = ROOT, modules=MODULES, mark:
     lines += ["also_copy ="] + [f"    {t}" for t in tops]
     lines += ["pytest_add_cli_args_test_selection ="] + [f"    {t}" for t in tests]
     # mutmut names the tests of a run from a set: harness.audit.in_order runs them in their files' order
-    lines += ["pytest_add_cli_args =", "    -p", "    no:cacheprovider", "    -p", "    harness.audit.in_order"]
+    lines += ["pytest_add_cli_args =", "    -p", "    no:cacheprovider", "    -p", "    harness.audit.in_order",
+              "    -p", "    harness.audit.child_calls",
+              # a failure's long traceback reads the mutated file (mutmut's copy of gate.py is about 200,000 lines)
+              # for every frame: half a minute per killed mutant, past the wall limit; the native one reads a line
+              "    --tb=native"]
     lines += ["    -m", f"    {mark}"] if mark else []
     lines += [
               # torch: plain fork deadlocks in libgomp; the fork server forks from a process with no OpenMP team
@@ -160,13 +164,11 @@ def generate(work: Path, modules=MODULES) -> list:
     return [Mutant(**row) for row in json.loads(done.stdout.splitlines()[-1])]
 
 
-# A process a test starts (a child pytest, `python -m harness`) imports the mutated fastpath from mutants/ (its
-# PYTHONPATH) and inherits mutmut's mode. In a mutant's run that is right: the child runs the mutant too. In the stats
-# run it is not: the child has no mutmut configuration to record its calls in, and mutmut fails the whole run. Python
-# imports sitecustomize from the path at every start: there, the stats mode becomes "no mutant" (the original code).
-STATS_CHILD = (f"# written by {__name__}: a child started during mutmut's stats run runs the original code\n"
-               "import os\n\nif os.environ.get('MUTANT_UNDER_TEST') == 'stats':\n"
-               "    os.environ['MUTANT_UNDER_TEST'] = ''\n")
+# A process a test starts (a child pytest, `python -m harness`) imports the mutated code from mutants/ (its
+# PYTHONPATH) and inherits mutmut's mode: stats_child.py, copied there as sitecustomize.py (imported at every start),
+# makes a child of the stats run record its calls for the test that started it, and a child of a mutant's run run
+# the mutant, `python -m` included.
+STATS_CHILD = (Path(__file__).with_name("stats_child.py")).read_text()
 
 
 def _generate_here(modules) -> None:
@@ -519,12 +521,18 @@ def rerun_command(m: Mutant) -> str:
 def render_results(figures: dict) -> str:
     s = figures["summary"]
     score = "n/a" if s["score"] is None else f"{100 * s['score']:.1f}%"
-    tests = figures["tests"]
-    tests = "; ".join(", ".join(t) for t in tests) if tests and isinstance(tests[0], list) else ", ".join(tests)
+    tests, sets = figures["tests"], [t for t in figures.get("timings", []) if t.get("rooms")]
     gpu = figures.get("needs_gpu", [])
-    out = [f"Engine {figures['engine']}; {figures['selection']}; tests: {tests}; "
+    flat = ("each room's own (below)" if sets else "; ".join(", ".join(t) for t in tests)
+            if tests and isinstance(tests[0], list) else ", ".join(tests))
+    out = [f"Engine {figures['engine']}; {figures['selection']}; tests: {flat}; "
            f"{figures['children']} worker(s) of {figures.get('threads', 1)} torch thread each; "
            f"{clock(figures['seconds'])} in all.", ""]
+    if sets:  # one run of mutmut per set of tests: the rooms it served, what it ran and for how long
+        out += ["| rooms | mutants | time | the tests their mutants meet |", "|---|---:|---:|---|"]
+        out += [f"| {', '.join(t['rooms'])} | {t['mutants']} | {clock(t['seconds'])} | "
+                + ", ".join(f"`{a}`" for a in t["tests"]) + " |" for t in sets]
+        out += [""]
     if "seed" in figures:
         out += [f"Sample: seed {figures['seed']} ({figures['seed_from']}); {figures['sample_role']} sample"
                 + (" (no test was written against its survivors before it ran)."
