@@ -8,6 +8,8 @@ an example line; tests_harness/test_cli.py runs every example. The verbs before 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -139,6 +141,8 @@ GROUPS = {
                              "fastpath-suite maintain fingerprints"),
         "full-size-parity": Verb("scripts/full_size_parity.py", "bit-exactness of the lossless stack at full-size points",
                                  "fastpath-suite maintain full-size-parity clone3-short-32 --steps 1"),
+        "commands": Verb("harness.__main__:maintain_commands", "render docs/commands.md from every verb's --help (--check: verify)",
+                         "fastpath-suite maintain commands --check"),
         "results": Verb("harness.__main__:maintain_results",
                         "render docs/results.md from the results files (--check: verify)",
                         "fastpath-suite maintain results --check"),
@@ -264,6 +268,95 @@ def run_verb(spelling: str, verb: Verb, argv: list) -> int:
     if asked_help:
         print(f"\nexample:\n  {verb.example}")
     return code
+
+
+# --- docs/commands.md: the command-line reference --------------------------------------------------------------
+
+COMMANDS_PAGE = ROOT / "docs" / "commands.md"
+WIDTH = "110"  # argparse wraps help to the terminal's columns: the page's width is fixed
+
+HEAD = """# Commands
+
+The command-line reference: each verb's `--help`, as `fastpath-suite maintain commands` renders it from the verbs'
+own parsers (do not edit by hand; a test fails when this page is not what the parsers print). What the verbs are for,
+and in which order a newcomer meets them: [README.md](../README.md); each tier's page explains its options.
+"""
+
+
+@contextlib.contextmanager
+def _fixed_width():
+    saved = {k: os.environ.get(k) for k in ("COLUMNS", "PYTHONWARNINGS")}
+    os.environ["COLUMNS"] = WIDTH
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def captured(function, argv) -> str:
+    """What `function(argv)` prints (stdout and stderr), at the page's width."""
+    out = io.StringIO()
+    with _fixed_width(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            function(argv)
+        except SystemExit:
+            pass
+    return out.getvalue().rstrip()
+
+
+def sections() -> list:
+    """(heading, text) of every verb in the listing's order, then `python -m fastpath`."""
+    from fastpath.__main__ import fingerprints_main
+    from fastpath.__main__ import main as package_main
+
+    out = [("fastpath-suite", captured(main, ["--help"]))]
+    for spelling, verb in every_verb().items():
+        if verb.target.endswith(".py"):  # a Python script runs in a process of its own: its output is read
+            with _fixed_width():
+                done = subprocess.run([sys.executable, str(ROOT / verb.target), "--help"], capture_output=True,
+                                      text=True, cwd=ROOT)
+            text = f"{done.stdout.rstrip()}\n\nexample:\n  {verb.example}"
+        else:
+            text = captured(main, [*spelling.split(), "--help"])
+        out.append((f"fastpath-suite {spelling}", text))
+    out += [("python -m fastpath", captured(package_main, [])),
+            ("python -m fastpath fingerprints", captured(fingerprints_main, ["--help"]))]
+    return out
+
+
+def commands_page() -> str:
+    body = [HEAD]
+    for heading, text in sections():
+        body += [f"## `{heading}`\n", "```text", text, "```\n"]
+    return "\n".join(body)
+
+
+def maintain_commands(argv) -> int:
+    """`maintain commands`: docs/commands.md, every verb's --help as its parser prints it (a test checks it is
+    current, so an option, a default or a help text cannot change without the page)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="fastpath-suite maintain commands",
+                                     description="Render docs/commands.md from every verb's --help.",
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="exit 1 when the page is not what the parsers print")
+    parser.add_argument("--page", type=Path, default=COMMANDS_PAGE, help="the page to write or check")
+    args = parser.parse_args(argv)
+    text = commands_page()
+    if args.check:
+        if not args.page.exists() or args.page.read_text() != text:
+            print(f"{args.page}: not what the verbs' parsers print: run `fastpath-suite maintain commands` and "
+                  "commit the page", file=sys.stderr)
+            return 1
+        print(f"{args.page} matches the verbs' parsers")
+        return 0
+    args.page.write_text(text)
+    print(f"written: {args.page} ({text.count(chr(10) + '## ')} commands)")
+    return 0
 
 
 def main(argv=None) -> int:

@@ -27,7 +27,7 @@ from harness.speed.measure import sequence_lengths
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="fastpath-suite maintain full-size-parity", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="fastpath-suite maintain full-size-parity", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("points", nargs="+", help="speed points of fixtures/points.json, e.g. clone3-short-32")
     parser.add_argument("--steps", type=int, default=2, help="unmasking steps per point (every step has the same shapes)")

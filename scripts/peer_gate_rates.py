@@ -31,7 +31,7 @@ from harness.run.machine import hardware_key, machine_info  # noqa: E402
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="fastpath-suite audit peer-rates", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="fastpath-suite audit peer-rates", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("grid", type=Path, help="a grid results file, or a folder of bench --out JSON files")
     parser.add_argument("--sims", type=int, default=20000, help="simulated gate runs per cell")

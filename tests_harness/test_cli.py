@@ -390,3 +390,32 @@ def test_every_example_runs(verb, example_folder):
     if proc.returncode:  # a finding the verb exists to report, not a failure to run
         assert re.search(finding, proc.stdout), proc.stdout[-3000:]
     assert proc.stdout.strip() or proc.stderr.strip(), f"`{example}` said nothing"
+
+
+def test_the_command_reference_is_what_every_parser_prints():
+    import harness.__main__ as suite
+
+    rendered, page = suite.commands_page(), suite.COMMANDS_PAGE.read_text()
+    assert rendered == page, ("docs/commands.md is not what the verbs' parsers print: run `fastpath-suite maintain "
+                              "commands` and commit the page\n" + "\n".join(
+                                  __import__("difflib").unified_diff(page.splitlines(), rendered.splitlines(),
+                                                                     "docs/commands.md", "the parsers", lineterm="",
+                                                                     n=1)))
+    # every verb the listing names has its section, and each section is that verb's own help
+    for spelling in VERBS:
+        assert f"## `fastpath-suite {spelling}`" in page
+    assert "usage: fastpath-suite gate" in page and "usage: python -m fastpath fingerprints" in page
+
+
+def test_maintain_commands_writes_the_page_and_its_check_fails_on_a_stale_one(tmp_path, monkeypatch, capsys):
+    import harness.__main__ as suite
+
+    monkeypatch.setattr(suite, "commands_page", lambda: "# Commands\n\nthe parsers' help\n")
+    page = tmp_path / "commands.md"
+    assert suite.maintain_commands(["--check", "--page", str(page)]) == 1  # missing
+    assert "run `fastpath-suite maintain commands`" in capsys.readouterr().err
+    assert suite.maintain_commands(["--page", str(page)]) == 0
+    assert page.read_text() == "# Commands\n\nthe parsers' help\n"
+    assert suite.maintain_commands(["--check", "--page", str(page)]) == 0
+    page.write_text("# Commands\n\nan older help\n")
+    assert suite.maintain_commands(["--check", "--page", str(page)]) == 1
