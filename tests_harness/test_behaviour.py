@@ -144,3 +144,53 @@ def test_equal_means_the_same_bits_nan_included_and_a_zero_keeps_its_sign(dtype)
     assert behaviour.compare(rec(values, 0.0), rec(values.clone(), -0.0)) == {"s": ["duration: 0.0 vs -0.0"]}
     assert list(behaviour.compare(rec(values, 1.0), rec(signed, 1.0))["s"]) == [
         "waveforms[0]: " + behaviour.first_difference(values, signed)]
+
+
+# --- the comparison's words, on records built by hand (no model) -----------------------------------------------
+
+
+def test_a_field_one_side_lacks_is_named_absent_or_present_and_plain_numbers_by_their_values():
+    t = torch.zeros(2)
+    assert behaviour.field_difference(None, t) == "absent vs present"
+    assert behaviour.field_difference(t, None) == "present vs absent"
+    assert behaviour.field_difference("ab", None) == "present vs absent"
+    assert behaviour.field_difference("ab", "ab") is None
+    assert behaviour.field_difference("ab", "ac") == "sha256 differs (whole logits kept for the first KEEP_LOGITS " \
+                                                     "calls only)"
+    assert behaviour.field_difference([3, 4], [3, 4]) is None and behaviour.field_difference(3, 4) == "3 vs 4"
+    assert behaviour.field_difference(torch.tensor([1, 2]), torch.tensor([1, 2, 3])) == (
+        "shape/dtype (2,) torch.int64 vs (3,) torch.int64")
+
+
+def test_a_setting_that_raised_or_was_not_recorded_is_listed_with_both_sides_and_the_grids_word(monkeypatch):
+    monkeypatch.setattr(behaviour, "CANNOT_RUN", {"b": {"cuda/bf16": "no bf16 kernel", "cuda": "no cuda kernel"}})
+    ok = {"calls": []}
+    against = {"device": "cuda", "dtype": "bf16", "settings": {"a": ok, "b": {"error": "E1"}, "c": ok}}
+    candidate = {"device": "cuda", "dtype": "bf16", "settings": {"a": ok, "b": {"error": "E2"}, "d": ok}}
+    assert behaviour.raised(against, candidate) == {
+        "b": {"against": "E1", "candidate": "E2", "cannot_run": "no bf16 kernel"},
+        "c": {"against": None, "candidate": "not recorded", "cannot_run": None},
+        "d": {"against": "not recorded", "candidate": None, "cannot_run": None}}
+    assert behaviour.cannot_run("b", "cuda", "fp32") == "no cuda kernel", "the device's word covers every dtype"
+    assert behaviour.cannot_run("b", "cpu", "bf16") is None and behaviour.cannot_run("a", "cuda", "bf16") is None
+    assert behaviour.where({}) == ("cpu", "fp32"), "a record from before the option: the CPU in fp32"
+
+
+def test_the_scoring_calls_are_compared_up_to_the_first_that_differs_then_every_other_field():
+    def call(where, logit):
+        return {"where": where, "c_logits": torch.tensor([logit]), "extra": 1}
+
+    a = {"calls": [call("pass 0 step 0", 0.0), call("pass 0 step 1", 0.0), call("y", 0.0)],
+         "tokens": [torch.zeros(2)], "lens": 3}
+    c = {"calls": [call("pass 0 step 0", 0.0), call("pass 0 step 2", 1.0), call("x", 2.0)],
+         "tokens": [torch.zeros(2), torch.ones(2)], "lens": 3.0}
+    assert behaviour.compare_setting(a, c) == [
+        "scoring call 1 where: pass 0 step 1 vs pass 0 step 2",
+        "scoring call 1 (pass 0 step 1) c_logits: first at (0,): 0.0 vs 1.0; 1 of 1 differ, max |diff| 1",
+        "tokens: 1 vs 2",
+    ], "call 2 follows from call 1: not listed; 3 and 3.0 are the same number"
+    assert behaviour.compare_setting(a, {**a, "calls": a["calls"][:2], "new": 1}) == [
+        "new: recorded by one version only", "scoring calls: 3 vs 2"]
+    assert behaviour.compare_setting(a, a) == []
+    assert behaviour.compare({"settings": {"s": a, "t": a}}, {"settings": {"s": a}}) == {
+        "t": ["recorded by one version only"]}

@@ -286,3 +286,50 @@ def test_a_patch_that_refuses_this_machine_by_design_makes_its_controls_not_appl
     assert len(section) == 2, out[-3000:]
     for test in REFUSAL_CONTROLS:
         assert f"{test}: " in section[1] and "batch_invariant" in section[1], (test, out[-3000:])
+
+
+def test_the_table_reads_each_row_of_five_cells_naming_a_test_and_nothing_else(tmp_path):
+    doc = tmp_path / "controls.md"
+    doc.write_text(
+        "# Controls\n\n"
+        "| gate | control | kind | test | runs |\n"
+        "|---|---|---|---|---|\n"
+        "| speed | a 2x slowdown | known-worse | `tests_speed/test_compare.py::test_a` | default |\n"
+        "  | counts | one more op |known-worse|`tests_speed/test_counts.py::test_b`| nightly:speed, per machine once "
+        "recorded |\n"
+        "| quality | a | b | `tests_quality/test_x.py::test_c` | gpu, after the build |\n"
+        "| gate | prose | kind | `harness/gate.py` | default |\n"
+        "| four | cells | `tests_x.py::t` | default\n"
+        "| six | cells | kind | `tests_x.py::t` | default | extra |\n")
+    assert controls.table(doc) == [
+        {"gate": "speed", "control": "a 2x slowdown", "kind": "known-worse",
+         "test": "tests_speed/test_compare.py::test_a",
+         "runs": "default", "run": "default", "per_machine": False, "qualifier": ""},
+        {"gate": "counts", "control": "one more op", "kind": "known-worse",
+         "test": "tests_speed/test_counts.py::test_b",
+         "runs": "nightly:speed, per machine once recorded", "run": "nightly:speed", "per_machine": True,
+         "qualifier": "per machine once recorded"},
+        {"gate": "quality", "control": "a", "kind": "b", "test": "tests_quality/test_x.py::test_c",
+         "runs": "gpu, after the build", "run": "gpu", "per_machine": False, "qualifier": "after the build"},
+    ]
+
+
+def test_a_row_lists_its_test_its_parameters_or_exactly_the_one_parameter_it_names():
+    whole = {"test": "tests_a.py::test_p"}
+    one = {"test": "tests_a.py::test_q[cpu]"}
+    rows = [whole, one]
+    assert controls.row_of("tests_a.py::test_p", rows) is whole
+    assert controls.row_of("tests_a.py::test_p[x-1]", rows) is whole
+    assert controls.row_of("tests_a.py::test_q[cpu]", rows) is one
+    assert [controls.row_of(n, rows) for n in ("tests_a.py::test_q[gpu]", "tests_a.py::test_q[cpu][x]",
+                                               "tests_a.py::test_pp", "tests_a.py::test")] == [None] * 4
+
+
+def test_a_failing_skip_names_the_row_the_reason_and_both_fixes():
+    row = {"gate": "speed", "kind": "known-worse", "runs": "nightly:speed", "per_machine": False}
+    assert controls.skip_is_a_failure(row, "no baseline", False) == (
+        "a control listed in docs/controls.md (speed: known-worse, runs nightly:speed) skipped where it runs: no "
+        "baseline. A control that does not run checks nothing: provide what it needs, or mark the row 'per machine "
+        "once recorded' when its figures can only be recorded on each machine")
+    assert controls.skip_is_a_failure(row, "not judged: no baseline", False) is not None, "not per machine"
+    assert controls.skip_is_a_failure(row | {"per_machine": True}, "not applicable: x", True) is None

@@ -148,3 +148,107 @@ def test_the_verdict_file_keeps_its_fields_and_adds_the_exit_status(tmp_path):
     for key in ("ship", "state", "blocked_by", "not_run", "errors", "reason", "checks", "not_applicable", "api"):
         assert key in report, key
     assert json.loads(json.dumps(report))["exit_status"] == 1
+
+
+# --- the command line: what main hands run_gate, what it prints, what it refuses ------------------------------
+
+
+def gate_run(monkeypatch, report=None):
+    """run_gate and write_results faked: what main passes them is recorded; run_gate answers with `report`."""
+    seen = {}
+
+    def run_gate(*args, **kwargs):
+        seen["args"], seen["kwargs"] = args, kwargs
+        return report or report_of(PASS)
+
+    monkeypatch.setattr(gate, "run_gate", run_gate)
+    monkeypatch.setattr(gate, "write_results", lambda args, figures: seen.update(results=(args, figures)))
+    monkeypatch.setattr(gate.result_files, "COMMAND", None)
+    return seen
+
+
+def test_the_gate_without_options_runs_every_check_on_the_cpu_in_fp32_against_this_environment(monkeypatch):
+    """The documented defaults (docs/gate.md; --help shows them), as run_gate receives them."""
+    seen = gate_run(monkeypatch)
+    assert gate.main(["omnivoice==9.9.9"]) == 0
+    out = (gate.REPO_ROOT / "out" / "gate" / "omnivoice-9.9.9").resolve()
+    assert seen["args"] == ("omnivoice==9.9.9", "current", out, gate.CHECKS, 0, None, False,
+                            "fastpath-suite gate omnivoice==9.9.9"), seen["args"]
+    kwargs = dict(seen["kwargs"])
+    assert callable(kwargs.pop("log")) and isinstance(kwargs.pop("progress"), gate.Progress)
+    assert kwargs == {"parity_select": None, "accepted": {}, "device": "cpu", "dtype": "fp32", "quality_set": None,
+                      "quality_synth": "omnivoice", "quality_metrics": gate.QUALITY_METRICS,
+                      "judges": {"wer": None, "sim": None, "mos": None}, "workers": 1, "engine": "local",
+                      "gpus": None}, kwargs
+
+
+def test_each_option_reaches_the_gate_run_as_given(monkeypatch, tmp_path):
+    seen = gate_run(monkeypatch)
+    argv = ["omnivoice==9.9.9", "--against", "omnivoice==0.2.0", "--out", str(tmp_path / "o"), "--checks",
+            "parity, work", "--rtf-rounds", "2", "--checkpoint", "/ckpt", "--quality-synth", "espeak",
+            "--quality-metrics", "SIM,mos", "--judge", "/w", "--sim-judge", "/s", "--mos-judge", "/m", "--workers", "3",
+            "--engine", "ray", "--gpus", "0, 1,", "--fresh", "--parity-k", "clone", "--accept",
+            " auto_voice = reviewed: a fix ", "--accept", "*=all reviewed", "--device", "cuda", "--dtype", "bf16"]
+    assert gate.main(argv) == 0
+    assert seen["args"] == ("omnivoice==9.9.9", "omnivoice==0.2.0", (tmp_path / "o").resolve(), ("parity", "work"),
+                            2, "/ckpt", True, gate.shlex.join(["fastpath-suite", "gate", *argv])), seen["args"]
+    kwargs = {k: v for k, v in seen["kwargs"].items() if k not in ("log", "progress")}
+    assert kwargs == {"parity_select": "clone", "accepted": {"auto_voice": "reviewed: a fix", "*": "all reviewed"},
+                      "device": "cuda", "dtype": "bf16", "quality_set": None, "quality_synth": "espeak",
+                      "quality_metrics": ("sim", "mos"), "judges": {"wer": "/w", "sim": "/s", "mos": "/m"},
+                      "workers": 3, "engine": "ray", "gpus": ["0", "1"]}, kwargs
+
+
+@pytest.mark.parametrize("item", ["auto_voice", "auto_voice=", "auto_voice=   "])
+def test_an_accept_without_a_reason_is_refused_naming_the_form(monkeypatch, capsys, item):
+    seen = gate_run(monkeypatch)
+    with pytest.raises(SystemExit) as usage:
+        gate.main(["omnivoice==9.9.9", "--accept", item])
+    assert usage.value.code == 2 and not seen
+    assert f"error: --accept {item!r}: give SETTING=REASON (the reason is recorded)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("state", ["may-ship", "must-not-ship", "error", "incomplete"])
+def test_the_verdict_is_printed_with_where_it_was_written_and_handed_to_the_results_file(monkeypatch, tmp_path,
+                                                                                          capsys, state):
+    report = {**report_of(planted(state)), "seconds": 12.4}
+    seen = gate_run(monkeypatch, report)
+    assert gate.main(["omnivoice==9.9.9", "--out", str(tmp_path), "--results", str(tmp_path / "r")]) == \
+        gate.EXIT[state]
+    printed = capsys.readouterr().out
+    assert printed == (gate.render_table(report) + f"\n\nwritten: {tmp_path / 'verdict.md'}, "
+                       f"{tmp_path / 'verdict.json'} (12 s)\n"), printed
+    args, figures = seen["results"]
+    assert (args.results, figures) == (tmp_path / "r", gate.results_figures(report))
+
+
+@pytest.mark.parametrize("failure, said", [
+    (cand.CandidateError("pip could not reach the package index"), "pip could not reach the package index"),
+    (OSError("disk full"), "OSError: disk full"),
+])
+def test_the_gates_own_failure_is_printed_with_its_reason_and_no_verdict(monkeypatch, tmp_path, capsys, failure,
+                                                                         said):
+    seen = gate_run(monkeypatch)
+
+    def broken(*args, **kwargs):
+        raise failure
+
+    monkeypatch.setattr(gate, "run_gate", broken)
+    assert gate.main(["omnivoice==9.9.9", "--out", str(tmp_path)]) == 2
+    printed = capsys.readouterr()
+    assert (printed.out, printed.err, seen) == ("", f"error: the gate could not run: {said}\n", {})
+
+
+def test_a_quality_set_or_a_judge_that_is_not_there_is_refused_before_any_environment_is_made(monkeypatch, tmp_path,
+                                                                                            capsys):
+    seen = gate_run(monkeypatch)
+    missing = tmp_path / "no-set" / "meta.lst"
+    assert gate.main(["omnivoice==9.9.9", "--quality-set", str(missing)]) == 2
+    assert capsys.readouterr().err.startswith("error: the gate could not run: ") and not seen
+    from harness.quality import sets
+
+    monkeypatch.setattr(sets, "read_set", lambda path: None)  # a set that reads: the judges are checked next
+    assert gate.main(["omnivoice==9.9.9", "--quality-set", str(missing), "--quality-metrics", "sim,mos", "--mos-judge",
+                      str(tmp_path / "utmos.pt")]) == 2
+    assert capsys.readouterr().err == (f"error: the gate could not run: --mos-judge {tmp_path / 'utmos.pt'} is not a "
+                                       f"file: give utmos_state_dict.pt\n") and not seen

@@ -242,3 +242,345 @@ def test_a_checkout_is_built_by_pip_as_it_is_with_its_commit_and_its_uncommitted
     assert "UNCOMMITTED = True" in (env.site / "omnivoice" / "__init__.py").read_text(), "built from the tree as it is"
     assert gate.name_of({"distribution": "omnivoice", "version": "0.2.1", "spec": str(checkout), "source": source}) == \
         f"omnivoice 0.2.1 at commit {master['commit'][:12]} (with uncommitted changes)"
+
+
+# --- a candidate's words, read without a venv (fakes for git, pip and the venv's python) -------------------------
+
+
+def test_a_candidate_error_is_the_candidates_unless_said_to_be_the_gates():
+    assert (str(cand.CandidateError("no such version")), cand.CandidateError("x").gate_side) == ("no such version",
+                                                                                                   False)
+    assert cand.CandidateError("index down", gate_side=True).gate_side is True
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("current", cand.Spec("current", "current", "", "current")),
+    ("omnivoice==0.2.0", cand.Spec("omnivoice==0.2.0", "index", "omnivoice==0.2.0", "omnivoice-0.2.0")),
+    ("Lahgtna_OmniVoice==0.1.5", cand.Spec("Lahgtna_OmniVoice==0.1.5", "index", "lahgtna-omnivoice==0.1.5",
+                                           "lahgtna-omnivoice-0.1.5")),
+])
+def test_current_and_a_pinned_release_are_read_whole_with_the_name_pip_knows(text, expected):
+    """Every field: `current` has no target, a release's distribution name is canonical (PEP 503) in the target
+    pip installs and in the venv's folder name."""
+    assert cand.parse_spec(text) == expected
+
+
+@pytest.mark.parametrize("text, fix", [
+    ("omnivoice==", "is not a requirement"),
+    ("omnivoice==0.2.0,>=0.1", "names no single version"),
+    ("omnivoice[eval]==0.2.0", "names no single version"),
+    ("omnivoice==0.2.0; python_version > '3'", "names no single version"),
+    ("omnivoice>=0.1,==0.2.0", "names no single version"),
+    ("no-such-thing", "cannot read candidate"),
+])
+def test_a_requirement_that_names_no_single_release_is_refused_naming_the_forms(text, fix):
+    with pytest.raises(cand.CandidateError) as refused:
+        cand.parse_spec(text)
+    said = str(refused.value)
+    assert said.startswith(repr(text) if fix != "cannot read candidate" else "cannot read candidate") and fix in said
+    assert said.endswith(f"; {cand.HOW}") and not refused.value.gate_side, said
+
+
+def test_a_wheel_a_setup_py_checkout_and_a_source_folder_are_named_by_their_content(tmp_path):
+    """A wheel: its resolved path, named stem + sha256 of its bytes; a folder with setup.py is a checkout; a folder
+    that is the package itself is a source; a file named like a requirement that exists is read as a file."""
+    import hashlib
+
+    from harness.run.machine import tree_digest
+
+    wheel = tmp_path / "omnivoice==9.9.9-py3-none-any.whl"
+    wheel.write_bytes(b"a wheel")
+    spec = cand.parse_spec(str(wheel))
+    digest = hashlib.sha256(b"a wheel").hexdigest()[:12]
+    assert spec == cand.Spec(str(wheel), "wheel", str(wheel.resolve()), f"{wheel.stem}-{digest}"), spec
+    checkout = tmp_path / "co"
+    checkout.mkdir()
+    (checkout / "setup.py").write_text("")
+    spec = cand.parse_spec(str(checkout))
+    assert (spec.kind, spec.target, spec.name) == (
+        "checkout", str(checkout.resolve()), f"checkout-co-{cand.checkout_digest(checkout.resolve())[:12]}"), spec
+    pkg = tmp_path / "pkg"
+    (pkg / "models").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "models" / "omnivoice.py").write_text("X = 1\n")
+    assert cand.package_folder(pkg) == pkg, "the folder is the package itself"
+    spec = cand.parse_spec(str(pkg))
+    assert spec == cand.Spec(str(pkg), "source", str(pkg.resolve()), f"src-pkg-{tree_digest(pkg)[:12]}"), spec
+
+
+def test_a_source_folder_needs_both_the_package_init_and_the_model_file(tmp_path):
+    (tmp_path / "omnivoice" / "models").mkdir(parents=True)
+    (tmp_path / "omnivoice" / "__init__.py").write_text("")
+    assert cand.package_folder(tmp_path) is None, "no models/omnivoice.py: not the package"
+    with pytest.raises(cand.CandidateError, match=r"holds no omnivoice package \(omnivoice/__init__.py and "
+                                                  r"omnivoice/models/omnivoice.py\); pass omnivoice==X"):
+        cand.parse_spec(str(tmp_path))
+    (tmp_path / "omnivoice" / "__init__.py").unlink()
+    (tmp_path / "omnivoice" / "models" / "omnivoice.py").write_text("")
+    assert cand.package_folder(tmp_path) is None, "no __init__.py: not the package"
+    (tmp_path / "omnivoice" / "__init__.py").write_text("")
+    assert cand.package_folder(tmp_path) == tmp_path / "omnivoice"
+
+
+def test_a_git_candidates_folder_names_the_repository_the_ref_and_a_digest_of_the_whole_text():
+    """The URL pip clones keeps its query and drops the fragment; the folder name: the repository without .git, the
+    ref made safe for a folder (HEAD when none), and the first 8 hex of sha256 of the text as given."""
+    import hashlib
+
+    def digest(text):
+        return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+    text = "git+https://github.com/k2-fsa/OmniVoice.git@feature/x?y=1#egg=omnivoice"
+    assert cand.parse_spec(text) == cand.Spec(text, "git", text, f"git-OmniVoice-feature_x-{digest(text)}",
+                                              url="https://github.com/k2-fsa/OmniVoice.git?y=1", ref="feature/x")
+    plain = "git+https://github.com/k2-fsa/OmniVoice.git"
+    assert cand.parse_spec(plain) == cand.Spec(plain, "git", plain, f"git-OmniVoice-HEAD-{digest(plain)}",
+                                               url="https://github.com/k2-fsa/OmniVoice.git", ref=None)
+    two = cand.parse_spec("git+https://host/owner/repo@old@v2")
+    assert (two.url, two.ref) == ("https://host/owner/repo@old", "v2"), "REF after the last '@'"
+
+
+@pytest.mark.parametrize("text, said", [
+    ("git+https://host", "is not a git URL (git+https://host/owner/repo@REF, git+file:///path@REF)"),
+    ("git+//host/owner/repo", "is not a git URL (git+https://host/owner/repo@REF, git+file:///path@REF)"),
+    ("git+https://host/owner/repo@", "names no ref after '@': give a branch, a tag or a commit"),
+])
+def test_a_git_url_without_a_scheme_a_path_or_a_ref_after_the_at_is_refused_naming_the_form(text, said):
+    with pytest.raises(cand.CandidateError) as refused:
+        cand.parse_spec(text)
+    assert str(refused.value) == f"{text!r} {said}; {cand.HOW}" and not refused.value.gate_side
+
+
+def dist_info(site, name: str, version: str = "1.0", *, top=None, record=None, alias=False):
+    """A dist-info in `site`: METADATA, and top_level.txt, RECORD (files) or the gate's alias marker as asked."""
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    if top is not None:
+        (info / "top_level.txt").write_text(top)
+    if record is not None:
+        (info / "RECORD").write_text("".join(f"{path},,\n" for path in record))
+    if alias:
+        (info / cand.GATE_ALIAS).write_text("{}\n")
+    return cand.metadata.PathDistribution(info)
+
+
+@pytest.mark.parametrize("name, kwargs, installs", [
+    ("fork", {"top": "omnivoice\nextra\n"}, True),
+    ("omnivoice", {"top": "omnivoice_utils\n"}, False),  # top_level.txt decides over the name
+    ("fork", {"record": ["omnivoice/__init__.py", "fork-1.0.dist-info/METADATA"]}, True),
+    ("omnivoice", {"record": ["other/omnivoice/__init__.py"]}, False),  # RECORD decides over the name
+    ("omnivoice", {}, True),  # neither: the name decides
+    ("OmniVoice", {}, True),
+    ("fork", {}, False),
+    ("omnivoice", {"top": "omnivoice\n", "alias": True}, False),  # the gate's own alias of a fork
+])
+def test_a_distribution_is_the_candidate_when_it_installs_the_omnivoice_package(tmp_path, name, kwargs, installs):
+    assert cand.installs_package(dist_info(tmp_path, name, **kwargs)) is installs
+
+
+def test_the_one_distribution_that_installs_the_package_is_named_else_the_fix(tmp_path):
+    dist_info(tmp_path, "unrelated", top="unrelated\n")
+    with pytest.raises(cand.CandidateError) as none:
+        cand.provider(tmp_path)
+    assert str(none.value) == (f"no distribution in {tmp_path} installs the omnivoice package (no dist-info whose "
+                               f"RECORD or top_level.txt names omnivoice/): give a wheel, a requirement or a folder "
+                               f"whose distribution installs it")
+    dist_info(tmp_path, "lahgtna-omnivoice", "0.1.5", top="omnivoice\n")
+    assert cand.provider(tmp_path) == ("lahgtna-omnivoice", "0.1.5")
+    dist_info(tmp_path, "omnivoice", "0.2.1", top="omnivoice\n")
+    with pytest.raises(cand.CandidateError) as two:
+        cand.provider(tmp_path)
+    assert str(two.value) == (f"2 distributions in {tmp_path} install the omnivoice package (lahgtna_omnivoice-0.1.5"
+                              f".dist-info, omnivoice-0.2.1.dist-info): give a candidate with one")
+
+
+class FakeRun:
+    """subprocess.run's stand-in: records each command and its keywords, answers with the planted outcome."""
+
+    def __init__(self, returncode=0, stdout="", stderr=""):
+        self.answer = subprocess.CompletedProcess([], returncode, stdout, stderr)
+        self.calls = []
+
+    def __call__(self, cmd, **kwargs):
+        self.calls.append((cmd, kwargs))
+        return self.answer
+
+
+def test_pip_is_this_interpreters_run_on_the_venvs_python_never_waiting_for_a_password(monkeypatch, tmp_path):
+    import sys
+
+    fake = FakeRun()
+    monkeypatch.setattr(cand.subprocess, "run", fake)
+    assert cand._pip(tmp_path / "python", "install", "--no-deps", "omnivoice==0.2.0") is None
+    [(cmd, kwargs)] = fake.calls
+    assert cmd == [sys.executable, "-m", "pip", "--python", str(tmp_path / "python"), "--disable-pip-version-check",
+                   "install", "--no-deps", "omnivoice==0.2.0"], cmd
+    assert (kwargs["capture_output"], kwargs["text"], kwargs["env"]["GIT_TERMINAL_PROMPT"]) == (True, True, "0")
+    assert kwargs["env"]["PATH"] == os.environ["PATH"], "pip runs with the caller's environment besides"
+
+
+@pytest.mark.parametrize("stdout, stderr, gate_side", [
+    ("", "ERROR: No matching distribution found for omnivoice==9.9.9", False),
+    ("ERROR: No matching distribution found for omnivoice==9.9.9", "", False),  # pip said it on stdout only
+    ("", "WARNING: Retrying ... Failed to establish a new connection: [Errno 111] Connection refused", True),
+])
+def test_pips_failure_is_refused_with_its_own_words_and_the_fix_for_whose_side_it_is(monkeypatch, tmp_path, stdout,
+                                                                                      stderr, gate_side):
+    monkeypatch.setattr(cand.subprocess, "run", FakeRun(1, stdout + "\n", stderr + "\n"))
+    with pytest.raises(cand.CandidateError) as failed:
+        cand._pip(tmp_path / "python", "install", "x")
+    said = (stderr or stdout).strip()
+    cmd = " ".join(failed.value.args[0].split("`")[1:2])
+    assert cmd.endswith(f"--python {tmp_path / 'python'} --disable-pip-version-check install x"), cmd
+    if gate_side:
+        expected = (f"pip could not reach the package index or the git host: `{cmd}` exited 1:\n{said}\nFix: the "
+                    f"runner's access to the package index or the git host (network, proxy, credentials, disk), then "
+                    f"rerun: the candidate was not judged")
+    else:
+        expected = (f"pip could not install it: `{cmd}` exited 1:\n{said}\nFix: check the candidate (its name and "
+                    f"version, the file: a whole, valid wheel whose requirements this Python meets, or the source: a "
+                    f"ref that exists and a tree that builds)")
+    assert (str(failed.value), failed.value.gate_side) == (expected, gate_side)
+
+
+def test_pips_words_in_the_error_are_its_last_3000_characters(monkeypatch, tmp_path):
+    said = "x" * 100 + "ERROR: " + "y" * 2993
+    monkeypatch.setattr(cand.subprocess, "run", FakeRun(2, "", said))
+    with pytest.raises(cand.CandidateError) as failed:
+        cand._pip(tmp_path / "python", "install", "x")
+    assert f"exited 2:\n{said[-3000:]}\nFix:" in str(failed.value) and said[-3001:] not in str(failed.value)
+
+
+def venv_env(tmp_path, version="0.2.1", name="omnivoice"):
+    site = tmp_path / "venv" / "lib" / "python3" / "site-packages"
+    site.mkdir(parents=True)
+    env = cand.Env(cand.Spec("x", "wheel", "x", "x"), tmp_path / "venv" / "bin" / "python", site)
+    env.distribution = lambda: (name, version)
+    return env, site
+
+
+def test_the_import_check_imports_the_candidate_in_its_venv_within_ten_minutes(monkeypatch, tmp_path):
+    env, site = venv_env(tmp_path, name="lahgtna-omnivoice")
+    asked = []
+
+    def run(args, timeout=None, **kwargs):
+        asked.append((args, timeout, kwargs))
+        return subprocess.CompletedProcess(args, 0, "noise\n" + json.dumps(
+            {"file": str(site / "omnivoice" / "models" / "omnivoice.py"), "metadata_version": "0.2.1"}) + "\n", "")
+
+    env.run = run
+    assert env.import_check() == {"ok": True, "distribution": "lahgtna-omnivoice", "version": "0.2.1",
+                                  "file": str(site / "omnivoice" / "models" / "omnivoice.py")}
+    [(args, timeout, kwargs)] = asked
+    assert (args[0], timeout, kwargs) == ("-c", 600, {}), (args, timeout, kwargs)
+    assert "import omnivoice.models.omnivoice as o" in args[1] and "m.version('omnivoice')" in args[1], args[1]
+
+
+@pytest.mark.parametrize("returncode, stderr, error, traceback", [
+    (1, "Traceback (most recent call last):\n  ...\nImportError: cannot import name 'x'\n\n",
+     "ImportError: cannot import name 'x'", "Traceback (most recent call last):\n  ...\n"
+     "ImportError: cannot import name 'x'\n\n"),
+    (-9, "  \n", "exit -9", "  \n"),
+])
+def test_a_candidate_that_does_not_import_is_refused_with_the_last_line_it_said(tmp_path, returncode, stderr, error,
+                                                                               traceback):
+    env, _ = venv_env(tmp_path)
+    env.run = lambda args, **kwargs: subprocess.CompletedProcess(args, returncode, "", stderr)
+    assert env.import_check() == {"ok": False, "error": error, "traceback": traceback}
+    long = "x" * 5000 + "\nImportError: y"
+    env.run = lambda args, **kwargs: subprocess.CompletedProcess(args, 1, "", long)
+    assert env.import_check()["traceback"] == long[-4000:]
+
+
+def test_an_import_from_elsewhere_or_another_version_read_is_refused_naming_the_venv_to_delete(tmp_path):
+    env, site = venv_env(tmp_path)
+    venv = tmp_path / "venv"
+    here = str(site / "omnivoice" / "models" / "omnivoice.py")
+
+    def answering(file, version):
+        out = json.dumps({"file": file, "metadata_version": version})
+        return lambda args, **kwargs: subprocess.CompletedProcess(args, 0, out + "\n", "")
+
+    env.run = answering("/elsewhere/omnivoice/models/omnivoice.py", "0.2.1")
+    assert env.import_check() == {"ok": False, "error": f"omnivoice imported from /elsewhere/omnivoice/models/"
+                                  f"omnivoice.py, not from {site}: the candidate is shadowed; delete {venv} and rerun",
+                                  "traceback": ""}
+    env.run = answering(here, "0.2.0")
+    assert env.import_check() == {"ok": False, "error": f"importlib.metadata in {env.python} reads omnivoice 0.2.0, "
+                                  f"not the candidate's omnivoice 0.2.1 (this environment's, through the shared "
+                                  f"site): delete {venv} and rerun", "traceback": ""}
+
+
+def test_a_venv_where_no_distribution_installs_the_package_is_refused_before_the_import(tmp_path):
+    env, _ = venv_env(tmp_path)
+
+    def missing():
+        raise cand.CandidateError("no distribution in the venv")
+
+    env.distribution = missing
+    env.run = None  # never reached
+    assert env.import_check() == {"ok": False, "error": "no distribution in the venv", "traceback": ""}
+
+
+def ls_remote(monkeypatch, stdout="", returncode=0, stderr=""):
+    asked = []
+
+    def git(*args, **kwargs):
+        asked.append(args)
+        return subprocess.CompletedProcess(args, returncode, stdout, stderr)
+
+    monkeypatch.setattr(cand, "git", git)
+    return asked
+
+
+def test_the_commit_of_a_ref_prefers_the_exact_name_then_the_branch_then_the_tags_commit(monkeypatch):
+    lines = "\n".join(["a" * 40 + "\trefs/tags/v1", "b" * 40 + "\trefs/tags/v1^{}", "c" * 40 + "\trefs/heads/v1",
+                       "no tab here", "d" * 40 + "\tHEAD"]) + "\n"
+    asked = ls_remote(monkeypatch, lines)
+    spec = cand.parse_spec("git+https://host/owner/repo@v1")
+    assert cand.remote_commit(spec) == "c" * 40, "a branch named like a tag is what pip checks out"
+    assert asked == [("ls-remote", "https://host/owner/repo", "v1", "v1^{}")]
+    ls_remote(monkeypatch, lines.replace("refs/heads/v1", "refs/heads/main"))
+    assert cand.remote_commit(spec) == "b" * 40, "an annotated tag: the commit it points at, not the tag object"
+    ls_remote(monkeypatch, "a" * 40 + "\trefs/tags/v1\n")
+    assert cand.remote_commit(spec) == "a" * 40, "a lightweight tag"
+    asked = ls_remote(monkeypatch, lines)
+    assert cand.remote_commit(cand.parse_spec("git+https://host/owner/repo")) == "d" * 40
+    assert asked == [("ls-remote", "https://host/owner/repo", "HEAD", "HEAD^{}")]
+
+
+@pytest.mark.parametrize("stderr, gate_side", [
+    ("fatal: unable to access 'https://host/owner/repo/': Could not resolve host: host", True),
+    ("fatal: repository 'https://host/owner/repo/' not found", False),
+])
+def test_a_failed_ls_remote_is_refused_with_gits_words_on_the_side_they_name(monkeypatch, stderr, gate_side):
+    ls_remote(monkeypatch, returncode=128, stderr="\n" + stderr + "\n")
+    with pytest.raises(cand.CandidateError) as failed:
+        cand.remote_commit(cand.parse_spec("git+https://host/owner/repo@main"))
+    assert (str(failed.value), failed.value.gate_side) == (f"git ls-remote https://host/owner/repo failed: {stderr}",
+                                                           gate_side)
+
+
+def test_a_venv_made_for_another_spec_layout_or_environment_is_made_again(monkeypatch):
+    spec = cand.parse_spec("omnivoice==0.2.0")
+    made = {"spec": spec.name, "main_site": str(cand.MAIN_SITE), "layout": cand.LAYOUT}
+    assert cand._reusable(spec, made), "a release's venv serves while spec, site and layout are the same"
+    for key, other in (("spec", "omnivoice-0.1.5"), ("main_site", "/other/site"), ("layout", cand.LAYOUT + 1)):
+        assert not cand._reusable(spec, {**made, key: other}), key
+    assert not cand._reusable(spec, {}), "a marker without them"
+
+
+@pytest.mark.parametrize("ref, built, now, reusable", [
+    ("main", "c" * 40, "c" * 40, True),
+    ("main", "c" * 40, "d" * 40, False),
+    ("cccc", "c" * 40, None, True),  # a commit id ls-remote does not list: the built commit starts with it
+    ("dddd", "c" * 40, None, False),
+    (None, "c" * 40, None, False),  # no ref and no HEAD listed: nothing to check it against
+    ("main", "", "", False),
+])
+def test_a_git_venv_serves_only_while_its_ref_still_names_the_built_commit(monkeypatch, ref, built, now, reusable):
+    spec = cand.parse_spec("git+https://host/owner/repo" + (f"@{ref}" if ref else ""))
+    monkeypatch.setattr(cand, "remote_commit", lambda s: now)
+    made = {"spec": spec.name, "main_site": str(cand.MAIN_SITE), "layout": cand.LAYOUT, "source": {"commit": built}}
+    assert cand._reusable(spec, made) is reusable

@@ -147,3 +147,153 @@ def test_a_summary_that_became_nan_moved_and_one_that_stayed_nan_did_not():
         for observed, golden in (([[0.5, nan]], [[0.5, 1.0]]), ([[0.5, 1.0]], [[0.5, nan]])):
             moved = goldens._summary_difference(part, observed, golden)
             assert moved and moved.startswith(f"{part}: moved nan at"), moved
+
+
+# Rule tests on small hand-made points: each field a comparison reads, and each message a maintainer acts on.
+RECORD = "(record them: fastpath-suite maintain goldens --record)"
+
+
+def hashes(tag: str) -> dict:
+    return {part: f"{tag}-{part}" for part in goldens.HASHED_PARTS}
+
+
+def made_point(**changes) -> dict:
+    point = {"scoring_calls": 32, "tokens": [[[1, 2, 3], [4, 5, 6]]], "waveform_samples": [100],
+             "logits_moments": [[0.0, 4.0], [1.0, 2.0]], "waveform_rms": [[0.5, 0.25]],
+             "exact": {"machine-a": hashes("a")}}
+    point.update(changes)
+    return point
+
+
+@pytest.mark.parametrize("part, observed, golden, expected", [
+    # logits moments move relative to the golden tensor's std: 8e-6 on a std of 4 is 2e-6
+    ("logits_moments", [[8e-6, 4.0]], [[0.0, 4.0]], "logits_moments: moved 2e-06 at tensor 0, mean (tolerance 1e-06)"),
+    ("logits_moments", [[0.0, 4.0], [1.0, 0.5 + 1e-6]], [[0.0, 4.0], [1.0, 0.5]],
+     "logits_moments: moved 2e-06 at tensor 1, std (tolerance 1e-06)"),
+    ("logits_moments", [[0.0, 4.0], [3e-6, 4.0]], [[0.0, 4.0], [0.0, 4.0]], None),  # 7.5e-7 of a std of 4
+    # a std of 0 cannot scale: the change is absolute
+    ("logits_moments", [[1.0 + 4e-6, 0.0]], [[1.0, 0.0]],
+     "logits_moments: moved 4e-06 at tensor 0, mean (tolerance 1e-06)"),
+    ("logits_moments", [[0.0, 4.0], [8e-6, 4.0]], [[0.0, 4.0], [0.0, 4.0]],
+     "logits_moments: moved 2e-06 at tensor 1, mean (tolerance 1e-06)"),
+    # waveform RMS moves absolutely, whatever the block's own value
+    ("waveform_rms", [[0.5, 2.0], [0.5, 2.0 + 3e-6]], [[0.5, 2.0], [0.5, 2.0]],
+     "waveform_rms: moved 3e-06 at waveform 1, block 1 (tolerance 1e-06)"),
+    ("waveform_rms", [[0.5, 2.0], [2.0 + 3e-6, 0.5]], [[0.5, 2.0], [2.0, 0.5]],
+     "waveform_rms: moved 3e-06 at waveform 1, block 0 (tolerance 1e-06)"),
+    # two blocks that moved as far: the first is named
+    ("waveform_rms", [[0.5 + 2e-6, 0.5 + 2e-6]], [[0.5, 0.5]], "waveform_rms: moved 2e-06 at waveform 0, block 0 "
+                                                               "(tolerance 1e-06)"),
+    # exactly the tolerance is within it; identical summaries are
+    ("waveform_rms", [[1e-6, 0.5]], [[0.0, 0.5]], None),
+    ("waveform_rms", [[0.5, 0.25]], [[0.5, 0.25]], None),
+    ("logits_moments", [[3.0, 0.5]], [[3.0, 0.5]], None),
+    # a NaN on both sides is no move, and the blocks after it are still compared
+    ("waveform_rms", [[float("nan"), 1.0 + 5e-6]], [[float("nan"), 1.0]],
+     "waveform_rms: moved 5e-06 at waveform 0, block 1 (tolerance 1e-06)"),
+    # another number of entries, or of values in one entry, is reported as such
+    ("waveform_rms", [[0.5, 0.25]], [[0.5, 0.25], [0.5, 0.25]], "waveform_rms: 1 vs 2 entries"),
+    ("logits_moments", [[0.0, 4.0, 1.0]], [[0.0, 4.0]], "logits_moments: 1 vs 1 entries"),
+])
+def test_a_portable_summary_names_how_far_and_where_it_moved_beyond_its_tolerance(part, observed, golden, expected):
+    assert goldens._summary_difference(part, observed, golden) == expected
+
+
+@pytest.mark.parametrize("observed, expected", [
+    (made_point(), []),
+    (made_point(scoring_calls=33), ["scoring_calls: 33 vs 32"]),
+    (made_point(tokens=[[[1, 2, 3], [4, 5, 7]]]), ["tokens: 1/6 differ"]),
+    (made_point(waveform_samples=[120]), ["waveform_samples: [120] vs [100]"]),
+    (made_point(logits_moments=[[8e-6, 4.0], [1.0, 2.0]]),
+     ["logits_moments: moved 2e-06 at tensor 0, mean (tolerance 1e-06)"]),
+    (made_point(waveform_rms=[[0.5, 0.25 + 3e-6]]),
+     ["waveform_rms: moved 3e-06 at waveform 0, block 1 (tolerance 1e-06)"]),
+    (made_point(exact={"machine-a": {**hashes("a"), "logits": "other"}}),
+     ["logits: sha256 differs (exact, recorded for this machine)"]),
+    (made_point(scoring_calls=33, waveform_samples=[120], exact={"machine-a": {**hashes("a"), "waveform": "other"}}),
+     ["scoring_calls: 33 vs 32", "waveform_samples: [120] vs [100]",
+      "waveform: sha256 differs (exact, recorded for this machine)"]),
+])
+def test_compare_point_lists_each_part_that_differs_in_order_and_nothing_else(observed, expected):
+    """Without a key, the hashes are compared under the observed point's own numerics key."""
+    assert goldens.compare_point(observed, made_point()) == expected
+
+
+def test_compare_point_compares_the_hashes_of_the_key_it_is_given_and_says_which_are_not_recorded():
+    golden = made_point(exact={"machine-a": hashes("a"), "machine-b": {"logits": "b-logits"}})
+    observed = made_point(exact={"machine-a": {**hashes("a"), "decoded": "moved"},
+                                 "machine-b": {"logits": "b-logits", "decoded": "b-decoded", "waveform": "b-waveform"}})
+    assert goldens.compare_point(observed, golden, "machine-a") == [
+        "decoded: sha256 differs (exact, recorded for this machine)"]
+    assert goldens.compare_point(observed, golden, "machine-b") == [
+        f"decoded: no sha256 recorded for this machine {RECORD}",
+        f"waveform: no sha256 recorded for this machine {RECORD}"]
+    # a golden with no hashes at all, or none for this key: only the portable parts are compared
+    bare = {k: v for k, v in made_point().items() if k != "exact"}
+    assert goldens.compare_point(observed, bare, "machine-a") == []
+    assert goldens.compare_point(observed, golden, "machine-c") == []
+
+
+def test_compare_point_names_a_portable_summary_the_goldens_lack_with_the_command_that_records_it():
+    golden = {k: v for k, v in made_point().items() if k != "waveform_rms"}
+    assert goldens.compare_point(made_point(), golden) == [f"waveform_rms: not in the goldens {RECORD}"]
+
+
+def test_compare_covers_the_points_of_both_sides_and_matching_keeps_the_versions_equal_everywhere():
+    observed = {"auto": made_point(), "clone": made_point(), "design": made_point()}
+    same = {"omnivoice": "0.2.1", "points": {"auto": made_point(), "clone": made_point(), "design": made_point()}}
+    other = {"omnivoice": "0.2.0", "points": {"auto": made_point(scoring_calls=31), "clone": made_point(),
+                                              "saved": made_point()}}
+    assert goldens.compare(observed, other) == {"auto": ["scoring_calls: 32 vs 31"], "clone": [],
+                                                "design": ["not in the goldens"], "saved": ["not recorded"]}
+    differences = goldens.match_versions(observed, {"0.2.0": other, "0.2.1": same, "0.1.5": same})
+    assert differences == {"0.2.0": goldens.compare(observed, other), "0.2.1": {"auto": [], "clone": [], "design": []},
+                           "0.1.5": {"auto": [], "clone": [], "design": []}}
+    assert goldens.matching(differences) == ["0.1.5", "0.2.1"]
+    assert goldens.matching({"0.2.0": differences["0.2.0"]}) == []
+
+
+def test_exact_keys_are_the_numerics_keys_every_point_holds_hashes_for():
+    def file(*per_point):
+        return {"points": {f"p{i}": ({"exact": dict.fromkeys(keys, {})} if keys is not None else {})
+                           for i, keys in enumerate(per_point)}}
+
+    assert goldens.exact_keys(file(["k3", "k1", "k2"], ["k2", "k3", "k1"], ["k3", "k1"])) == ["k1", "k3"]
+    assert goldens.exact_keys(file(["k1"], None)) == []  # a point without hashes: no key is complete
+    assert goldens.exact_keys(file()) == []
+
+
+def recorded_file() -> dict:
+    """A goldens file as an older suite wrote it: one point without waveform RMS, one without any hashes."""
+    return {"omnivoice": "0.2.1", "points": {
+        "auto": made_point(exact={"machine-a": hashes("a")}),
+        "clone": {k: v for k, v in made_point().items() if k not in ("waveform_rms", "exact")}}}
+
+
+def test_merging_adds_this_machines_hashes_and_missing_summaries_and_keeps_the_recorded_ones():
+    ours = {"omnivoice": "0.2.1", "points": {"auto": made_point(exact={"machine-b": hashes("b")}),
+                                             "clone": made_point(waveform_rms=[[0.5, 0.25 + 1e-7]],
+                                                                 exact={"machine-b": hashes("b")})}}
+    recorded = recorded_file()
+    merged = goldens.merge_goldens(ours, recorded)
+    assert merged == {"omnivoice": "0.2.1", "points": {
+        "auto": made_point(exact={"machine-a": hashes("a"), "machine-b": hashes("b")}),
+        "clone": made_point(waveform_rms=[[0.5, 0.25 + 1e-7]], exact={"machine-b": hashes("b")})}}
+    assert recorded == recorded_file(), "the recorded goldens must not be changed in place"
+
+
+def test_merging_refuses_goldens_whose_portable_parts_or_points_differ_naming_them():
+    tail = "; this is a change of behaviour, not of bits: find out why before replacing the file (--replace)"
+    head = "omnivoice 0.2.1: the portable parts differ from the recorded goldens ("
+    moved = {"omnivoice": "0.2.1", "points": {"auto": made_point(scoring_calls=33), "clone": made_point()}}
+    with pytest.raises(goldens.GoldensError) as err:
+        goldens.merge_goldens(moved, recorded_file())
+    assert str(err.value) == head + "{'auto': ['scoring_calls: 33 vs 32']})" + tail
+    fewer = {"omnivoice": "0.2.1", "points": {"auto": made_point()}}
+    with pytest.raises(goldens.GoldensError) as err:
+        goldens.merge_goldens(fewer, recorded_file())
+    assert str(err.value) == head + " points ['clone'])" + tail
+    both = {"omnivoice": "0.2.1", "points": {"auto": made_point(scoring_calls=33), "saved": made_point()}}
+    with pytest.raises(goldens.GoldensError) as err:
+        goldens.merge_goldens(both, recorded_file())
+    assert str(err.value) == head + "{'auto': ['scoring_calls: 33 vs 32']} points ['clone', 'saved'])" + tail

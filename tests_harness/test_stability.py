@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -106,3 +107,54 @@ def test_progress_prints_plain_lines_with_an_estimate_when_not_a_terminal():
     with Progress("bench", quiet=True, stream=quiet).stage("timing", total=2) as step:
         step("x")
     assert quiet.getvalue() == ""
+
+
+def test_a_ratio_spread_is_the_range_of_the_per_round_ratios_over_their_median():
+    assert stability.ratio_spread([2.0, 3.0, 2.0], [1.0, 1.0, 1.0]) == 0.5
+    assert stability.ratio_spread([4.0, 2.0, 3.0, 2.0], [2.0, 1.0, 1.0, 1.0]) == pytest.approx(0.5)
+
+
+def test_judge_rounds_reports_each_variants_spread_and_the_load_it_was_given():
+    judged = stability.judge_rounds([2.0, 3.0, 2.0], {"a": [1.0, 1.0, 1.0], "b": [2.0, 3.0, 2.0]}, load=1.5)
+    assert judged == stability.Judgement(False, {"a": 0.5, "b": 0.0}, 1.5, 3)
+    assert judged.verdict == "unstable" and judged.message == "unstable: rerun on an idle machine (load average 1.5 " \
+                                                              "during the run)"
+    assert stability.judge_rounds([1.0, 1.0, 1.0], {"a": [1.0, 1.0, 1.0]}) == stability.Judgement(True, {"a": 0.0},
+                                                                                                None, 3)
+
+
+def test_two_rounds_give_spreads_but_no_verdict_and_one_round_gives_neither():
+    two = stability.judge_rounds([1.0, 1.0], {"a": [1.0, 1.0]})
+    assert two == stability.Judgement(False, {"a": 0.0}, None, 2) and two.verdict == "unjudged"
+    assert two.message == "unjudged: 2 round(s); at least 3 show whether the timing holds"
+    assert stability.judge_rounds([1.0], {"a": [1.0]}, load=0.3) == stability.Judgement(False, {}, 0.3, 1)
+
+
+def test_the_highest_load_seen_by_any_variant_is_named_and_none_when_none_was_read():
+    judged = stability.judge({"stock@fp32": samples("stock@fp32", [2.0, 3.0, 2.0], 0.5),
+                              "lossless@fp32": samples("lossless@fp32", [1.0, 1.0, 1.0], 2.5)})
+    assert (judged.load, judged.spreads, judged.stable) == (2.5, {"lossless@fp32": 0.5}, False)
+    unread = stability.judge(point([2.0, 2.0, 2.0], [1.0, 1.0, 1.0], load=None))
+    assert (unread.load, unread.stable, unread.message) == (None, True, "stable")
+    assert stability.advice(None) == "unstable: rerun on an idle machine"
+
+
+def test_a_samples_spread_is_its_iqr_over_its_median_and_one_sample_spreads_nothing():
+    assert stability.sample_spread([1.0, 1.0, 1.25, 1.0, 0.75]) == 0.25  # quartiles 0.875 and 1.125
+    assert stability.sample_spread([2.0]) == 0.0
+
+
+AT_LIMIT = [0.875, 0.875, 1.0, 1.0, 1.0, 1.125, 1.125]  # IQR 0.25 x the median: exactly MAX_SAMPLE_SPREAD
+
+
+def test_compare_calls_a_point_unstable_when_either_side_spreads_past_the_limit_not_at_it(tmp_path):
+    from harness.speed.baselines import load_run
+
+    assert stability.sample_spread(AT_LIMIT) == stability.MAX_SAMPLE_SPREAD
+    noisy = [1.0, 1.6, 0.9, 2.1, 1.1, 1.5, 1.0]
+    base = load_run(baseline(tmp_path / "base.json", {"at": AT_LIMIT, "noisy": noisy}))
+    new = load_run(baseline(tmp_path / "new.json", {"at": AT_LIMIT, "noisy": AT_LIMIT}))
+    verdicts = compare.compare_speed_runs(base, new)
+    marked = compare.mark_unstable(verdicts, base, new)
+    assert [(v.name, v.verdict) for v in marked] == [("at", "ok"), ("noisy", "unstable")]
+    assert marked[1] == replace(verdicts[1], verdict="unstable"), "only the verdict changes"

@@ -105,6 +105,83 @@ def test_off_the_compiled_devices_the_attention_runs_eager_counted_with_its_reas
         n in after["lengths"], (before, after)
 
 
+@pytest.fixture
+def compiled_on_cpu(monkeypatch):
+    """document_attention's compiled branch on the CPU, its compile replaced by the uncompiled `_flex` (eager
+    FlexAttention: the branch's padding to the rung, its mask and its counts are what is tested, not inductor's
+    kernel), with counters of its own."""
+    monkeypatch.setattr(packed, "COMPILED_FLEX_DEVICES", ("cpu",))
+    monkeypatch.setattr(packed, "_compiled_flex", lambda: packed._flex)
+    monkeypatch.setattr(packed, "STATS", packed.FlexStats())
+
+
+# 260 positions in two rows: packed length 384, rung 512; head dim 16 with a scale other than its default 1/4
+ROWS, SCALE = [200, 60], 0.3
+
+
+def packed_qkv(n, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(1, heads, n, 16, generator=generator) for heads in (4, 2, 2)]  # grouped-query heads
+
+
+def each_row_alone(q, k, v, lengths):
+    """SDPA on each row alone: [1, sum(lengths), heads, d]."""
+    rows, start = [], 0
+    for length in lengths:
+        s = slice(start, start + length)
+        rows.append(torch.nn.functional.scaled_dot_product_attention(q[:, :, s], k[:, :, s], v[:, :, s], scale=SCALE,
+                                                                     enable_gqa=True).transpose(1, 2))
+        start += length
+    return torch.cat(rows, dim=1)
+
+
+@EAGER_FLEX
+def test_on_the_compiled_devices_each_row_attends_over_its_own_keys_at_the_rung(compiled_on_cpu):
+    """The compiled branch: query, key and value padded to the rung, the rung's block mask, the caller's scale:
+    each row's output is SDPA over that row alone, the padding cut off; one compiled call at its rung."""
+    n = packed.packed_length(sum(ROWS))
+    q, k, v = packed_qkv(n)
+    docs = packed.Documents(packed.document_ids(ROWS, n, "cpu"))
+    out, weights = packed.document_attention(None, q, k, v, docs, scaling=SCALE)
+    assert out.shape == (1, n, 4, 16) and weights is None
+    diff = (out[:, : sum(ROWS)] - each_row_alone(q, k, v, ROWS)).abs().max().item()
+    assert diff <= ATTENTION_ATOL, f"max |diff| {diff:.2e}"
+    assert list(docs.masks) == [packed.rung(n)], "the mask is not the rung's"
+    stats = packed.stats()
+    assert (stats["compiled_calls"], stats["eager_calls"], stats["lengths"], stats["rungs"]) == (1, {}, [n], [512])
+
+
+@EAGER_FLEX
+def test_past_the_compile_bound_a_new_rung_runs_eager_warned_and_a_compiled_one_still_runs_compiled(
+        compiled_on_cpu, monkeypatch):
+    """With MAX_COMPILES compiles done, a call whose key compiled already runs compiled; one at a rung never
+    compiled runs eager FlexAttention at N, still each row over its own keys, warned (EagerFlexWarning, naming the
+    length, its rung, the bound and the rungs compiled) and counted with its reason."""
+    n = packed.packed_length(sum(ROWS))
+    q, k, v = packed_qkv(n)
+    first, _ = packed.document_attention(None, q, k, v, packed.Documents(packed.document_ids(ROWS, n, "cpu")),
+                                         scaling=SCALE)
+    monkeypatch.setattr(packed, "MAX_COMPILES", 0)  # the bound reached: no compile left
+    compiled_out, _ = packed.document_attention(None, q, k, v, packed.Documents(packed.document_ids(ROWS, n, "cpu")),
+                                                scaling=SCALE)  # its key compiled already
+    assert torch.equal(compiled_out, first)
+    assert packed.stats()["compiled_calls"] == 2 and packed.stats()["eager_calls"] == {}
+    lengths = [500, 100]  # packed length 640: the next rung, 2048, never compiled
+    big = packed.packed_length(sum(lengths))
+    q2, k2, v2 = packed_qkv(big, seed=1)
+    docs = packed.Documents(packed.document_ids(lengths, big, "cpu"))
+    with pytest.warns(packed.EagerFlexWarning, match=rf"packed length {big} \(rung 2048\) runs eager.*"
+                      r"compile bound is reached \(0 compiles, fastpath.gpu.packed.MAX_COMPILES = 0; "
+                      r"rungs compiled: \[512\]\)"):
+        out, _ = packed.document_attention(None, q2, k2, v2, docs, scaling=SCALE)
+    assert list(docs.masks) == [None], "the eager call runs at N, with the mask at N"
+    diff = (out[:, : sum(lengths)] - each_row_alone(q2, k2, v2, lengths)).abs().max().item()
+    assert diff <= ATTENTION_ATOL, f"max |diff| {diff:.2e}"
+    stats = packed.stats()
+    assert (stats["compiled_calls"], stats["eager_calls"], stats["lengths"], stats["rungs"]) == \
+        (2, {"compile bound (0) reached": 1}, [n, big], [512]), stats
+
+
 @pytest.mark.parametrize("lengths, total", [
     pytest.param([300, 170, 140], 2048, id="eleven-padding-blocks"),  # 610 positions: N 640, rung 2048
     pytest.param([200, 60], 512, id="one-padding-block"),  # 260 positions: N 384, rung 512

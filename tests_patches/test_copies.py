@@ -102,3 +102,35 @@ def test_deepcopy_of_a_stock_model_is_a_plain_copy(model):
     twin = copy.deepcopy(model)
     assert "__deepcopy__" not in model.__dict__ and "__deepcopy__" not in twin.__dict__
     assert fastpath.applied(twin) == []
+
+
+def test_the_deepcopy_hook_is_installed_once_however_many_applies_and_removed_with_the_last_patch(model):
+    try:
+        fastpath.apply(model, fastpath.LOSSLESS[:1])
+        hook = model.__dict__["__deepcopy__"]
+        fastpath.apply(model, fastpath.LOSSLESS[1:2])
+        assert model.__dict__["__deepcopy__"] is hook, "a second apply installed the copy hook again"
+    finally:
+        fastpath.revert(model)
+    assert "__deepcopy__" not in model.__dict__
+
+
+def test_install_then_restore_puts_back_what_the_instance_had_under_that_name():
+    """An attribute the instance had comes back, the first saved value kept over later installs; one it did not
+    have is removed."""
+    from fastpath import instance
+
+    class Thing:
+        pass
+
+    thing = Thing()
+    thing.kept = "own"
+    instance.install(thing, "kept", "patched")
+    instance.install(thing, "kept", "patched again")
+    instance.install(thing, "new", "patched")
+    assert (thing.kept, thing.new) == ("patched again", "patched")
+    assert instance.installed(thing, "kept") and instance.installed(thing, "new")
+    instance.restore(thing, "kept")
+    instance.restore(thing, "new")
+    assert thing.__dict__ == {"kept": "own"}
+    assert not instance.installed(thing, "kept") and not instance.installed(thing, "new")

@@ -11,6 +11,7 @@ import logging
 import re
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -287,6 +288,114 @@ def test_generation_through_graph_doubles_is_close_to_stock(model):
     close = tolerance.closeness(candidate, stock)
     assert close.rel_error < 1e-5 and close.argmax_agreement > 0.999, close.describe()
     assert s["graphs"] == 1 and s["hits"] == POINT["num_step"] - 1, s  # stock: one [2B, L] batch every step
+
+
+# --- what the captured forward is called with: a recording LLM double ----------------------------------------------
+
+
+class RecordingLLM(torch.nn.Module):
+    """An LLM double whose forward records the keyword arguments of each call (tensors cloned, a packed call's
+    `fastpath_documents` as its ids) and returns hidden states [G, L, H] that depend on every input: the embeddings,
+    the mask (keys each row sees), the positions and the segment ids."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(1))
+        self.config = type("Config", (), {"_attn_implementation": "sdpa"})()
+        self.calls = []
+
+    def forward(self, *args, **kwargs):
+        self.calls.append({k: v.ids.clone() if k == "fastpath_documents" else
+                           v.clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()})
+        hidden = kwargs["inputs_embeds"] * 2
+        if kwargs.get("attention_mask") is not None:
+            hidden = hidden + kwargs["attention_mask"].sum(-1).transpose(1, 2)  # [G, 1, L] -> [G, L, 1]
+        if kwargs.get("position_ids") is not None:
+            hidden = hidden + kwargs["position_ids"][..., None]
+        if kwargs.get("fastpath_documents") is not None:
+            hidden = hidden + kwargs["fastpath_documents"].ids[None, :, None]
+        return (hidden,)
+
+
+def packed_kwargs(N=6, H=3, seed=0, lengths=(4, 2)):
+    """A packed call as packed_cfg's loop makes it: embeddings [1, N, H], a [1, 1, 1, 1] placeholder mask, positions
+    [1, N] counting from 0 in each row, and the segment of each position."""
+    from fastpath.gpu.packed import Documents
+
+    g = torch.Generator().manual_seed(seed)
+    positions = torch.cat([torch.arange(n) for n in lengths])[None]
+    ids = torch.repeat_interleave(torch.arange(len(lengths), dtype=torch.int32), torch.tensor(lengths))
+    return dict(inputs_embeds=torch.randn(1, N, H, generator=g), attention_mask=torch.ones(1, 1, 1, 1, dtype=torch.bool),
+                return_dict=True, position_ids=positions + seed, fastpath_documents=Documents(ids))
+
+
+def call_without(kwargs, name):
+    return {k: v for k, v in kwargs.items() if k != name}
+
+
+# what changes in a packed call (packed_kwargs' N 6, H 3), whether cuda_graphs can replay it
+PACKED_CALLS = [
+    pytest.param(lambda kw: ((), kw), 6, id="the-loops-call"),
+    pytest.param(lambda kw: ((), {**kw, "use_cache": False}), 6, id="every-handled-argument"),
+    pytest.param(lambda kw: ((), {**kw, "return_dict": None}), 6, id="return-dict-none"),
+    pytest.param(lambda kw: ((), call_without(kw, "fastpath_documents")), None, id="no-documents"),
+    pytest.param(lambda kw: ((kw["inputs_embeds"],), call_without(kw, "inputs_embeds")), None, id="positional"),
+    pytest.param(lambda kw: ((), {**kw, "output_attentions": False}), None, id="another-argument"),
+    pytest.param(lambda kw: ((), {**kw, "use_cache": True}), None, id="kv-cache-asked"),
+    pytest.param(lambda kw: ((), {**kw, "return_dict": False}), None, id="tuple-asked"),
+    pytest.param(lambda kw: ((), {**kw, "inputs_embeds": kw["inputs_embeds"].tolist()}), None, id="embeds-a-list"),
+    pytest.param(lambda kw: ((), call_without(kw, "position_ids")), None, id="no-positions"),
+    pytest.param(lambda kw: ((), {**kw, "inputs_embeds": kw["inputs_embeds"][0]}), None, id="embeds-2d"),
+    pytest.param(lambda kw: ((), {**kw, "inputs_embeds": kw["inputs_embeds"].expand(2, -1, -1)}), None,
+                 id="two-rows"),
+    pytest.param(lambda kw: ((), {**kw, "position_ids": torch.arange(7)[None]}), None, id="positions-too-long"),
+    pytest.param(lambda kw: ((), {**kw, "position_ids": kw["position_ids"].expand(2, -1)}), None,
+                 id="positions-two-rows"),
+    pytest.param(lambda kw: ((), {**kw, "fastpath_documents": type(kw["fastpath_documents"])(
+        torch.zeros(7, dtype=torch.int32))}), None, id="documents-too-long"),
+]
+
+
+@pytest.mark.parametrize("change, length", PACKED_CALLS)
+def test_a_packed_call_is_replayable_only_keyword_only_on_one_row_of_n_positions_without_a_kv_cache(change, length):
+    args, kwargs = change(packed_kwargs())
+    assert graphs.packed_call_length(args, kwargs) == length
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+def test_the_captured_forward_gets_the_calls_own_arguments_at_its_static_shape(packed):
+    """Every run of the captured forward (at capture, at each replay) is called as the caller called the LLM: a
+    padded call with its embeddings and mask padded to the bucket, no positions; a packed call with its placeholder
+    mask, positions and segment ids; both asking for a dict and no KV cache. Each call returns its own hidden
+    states, those of the forward on its own inputs."""
+    llm = RecordingLLM()
+    graphed = graphs.GraphedForward(llm, llm.forward, Buckets(8), devices=("cpu",), capture=capture_double(llm))
+    tiny = SimpleNamespace(config=SimpleNamespace(llm_config=SimpleNamespace(hidden_size=3)))
+    calls = [packed_kwargs(seed=seed) if packed else llm_inputs(tiny, L=10, seed=seed) for seed in range(3)]
+    with torch.inference_mode():
+        outs = [graphed(**kwargs)[0] for kwargs in calls]
+        runs = list(llm.calls)  # the capture's run on the first call's inputs, then a replay's run per call
+        eager = [llm(**kwargs)[0] for kwargs in calls]
+    s = graphed.stats()
+    assert (s["graphs"], s["misses"], s["hits"], s["passthrough"]) == (1, 1, 2, 0), s
+    assert graphed.cache.values()[0].graph.replays == len(calls) and len(runs) == 1 + len(calls)
+    handled = {"inputs_embeds", "attention_mask", "position_ids", "return_dict", "use_cache"}
+    for kwargs, run in zip([calls[0], *calls], runs):
+        assert set(run) == handled | ({"fastpath_documents"} if packed else set()), sorted(run)
+        assert run["return_dict"] is True and run["use_cache"] is False, run
+        if packed:
+            mask = run["attention_mask"]
+            assert mask.dtype == torch.bool and torch.equal(mask, kwargs["attention_mask"]), mask
+            assert torch.equal(run["inputs_embeds"], kwargs["inputs_embeds"])
+            assert torch.equal(run["position_ids"], kwargs["position_ids"])
+            assert torch.equal(run["fastpath_documents"], kwargs["fastpath_documents"].ids)
+        else:
+            assert run["position_ids"] is None
+            assert run["inputs_embeds"].shape == (2, 16, 3) and run["attention_mask"].shape == (2, 1, 16, 16)
+            assert torch.equal(run["inputs_embeds"][:, :10], kwargs["inputs_embeds"])
+            assert torch.equal(run["attention_mask"][:, :, :10, :10], kwargs["attention_mask"])
+    for out, ref in zip(outs, eager):
+        assert torch.equal(out, ref), "a replay's hidden states are not the forward of its own inputs"
 
 
 # --- the CUDA branches on the CPU: the real capture_cuda_graph and replay through a fake torch.cuda ------------------

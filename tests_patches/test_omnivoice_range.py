@@ -85,3 +85,75 @@ def test_a_pyproject_without_one_omnivoice_requirement_is_refused_with_the_fix(t
     pyproject.write_text('[project]\nname = "x"\ndependencies = ["torch>=2.4"]\n')
     with pytest.raises(versions.VersionsError, match=r'declare exactly one, e\.g\. "omnivoice>='):
         versions.declared_range(pyproject)
+
+
+def test_a_range_needs_a_verified_version_and_says_how_to_get_one():
+    with pytest.raises(versions.VersionsError, match=r"^no verified omnivoice version: record one's fingerprints and "
+                                                     r"goldens \(docs/gate\.md\)$"):
+        versions.range_for([])
+
+
+@pytest.mark.parametrize("verified, releases, expected", [
+    # versions ordered as versions (0.12.0 is newer than 0.9.0), duplicates once, releases outside the range unnamed
+    (["0.12.0", "0.2.1", "0.9.0", "0.2.1"],
+     ["0.12.0", "0.10.0", "0.2.1", "0.3.0", "0.9.0", "0.9.1", "0.1.0", "0.13.0", "0.2.1"],
+     ">=0.2.1,<=0.12.0,!=0.3.0,!=0.9.1,!=0.10.0"),
+    (["0.2.0"], (), ">=0.2.0,<=0.2.0"),
+    (["0.2.0", "0.1.5"], ["0.1.5", "0.2.0"], ">=0.1.5,<=0.2.0"),
+    # the index may spell a verified release otherwise (0.1.5.0 is 0.1.5): it is not a release to exclude
+    (["0.1.5", "0.2.0"], ["0.1.5.0", "0.1.9", "0.2"], ">=0.1.5,<=0.2.0,!=0.1.9"),
+])
+def test_the_range_runs_from_the_oldest_to_the_newest_verified_and_names_each_release_between_left_out(
+        verified, releases, expected):
+    assert versions.range_for(verified, releases) == expected
+
+
+def test_a_pre_release_is_admitted_only_by_a_range_that_names_one():
+    releases = ["0.1.0", "0.2.0", "0.3.0rc1", "0.3.0", "0.4.0"]
+    assert versions.admitted(SpecifierSet(">=0.2.0,<=0.3.0"), releases) == ["0.2.0", "0.3.0"]
+    assert versions.admitted(SpecifierSet(">=0.3.0rc1"), releases) == ["0.3.0rc1", "0.3.0", "0.4.0"]
+
+
+def test_the_declared_requirement_is_the_omnivoice_entry_and_two_of_them_are_refused(tmp_path):
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\nname = "x"\ndependencies = ["torch>=2.4", "omnivoice>=0.1.5,<=0.2.1", "numpy"]\n')
+    requirement = versions.declared_requirement(pyproject)
+    assert (requirement.name, str(requirement.specifier)) == ("omnivoice", "<=0.2.1,>=0.1.5")
+    pyproject.write_text('[project]\nname = "x"\ndependencies = ["omnivoice>=0.1.5", "torch>=2.4", '
+                         '"omnivoice<=0.2.1; python_version >= \'3.10\'"]\n')
+    fix = r"pyproject\.toml declares 2 omnivoice requirements in \[project\] dependencies; declare exactly one, e\.g\. "
+    with pytest.raises(versions.VersionsError, match=fix + r"\"omnivoice>=[^,]+,<=[^\"]+\"$"):
+        versions.declared_requirement(pyproject)
+
+
+def records(tmp_path, monkeypatch, fingerprints: dict, goldens: dict):
+    """A fingerprints file and a goldens folder, with two relied-on names."""
+    monkeypatch.setattr("fastpath.registry.relied_on", lambda: ["Model.a", "Model.b"])
+    known_file = tmp_path / "fingerprints.json"
+    known_file.write_text(json.dumps({"functions": fingerprints}))
+    folder = tmp_path / "goldens"
+    folder.mkdir()
+    for name, version in goldens.items():
+        (folder / name).write_text(json.dumps({"omnivoice": version}))
+    (folder / "notes.txt").write_text(json.dumps({"omnivoice": "9.9.9"}))
+    return known_file, folder
+
+
+def test_a_version_is_fingerprinted_when_every_relied_on_name_has_a_fingerprint_for_it(tmp_path, monkeypatch):
+    known_file, _ = records(tmp_path, monkeypatch, {
+        "Model.a": {"fp1": ["0.9.0", "0.10.0"], "fp2": ["0.2.0"]},
+        "Model.b": {"fp3": ["0.10.0", "0.2.0", "0.3.0"], "fp4": ["0.9.0"]},
+        "Model.c": {"fp5": ["0.3.0"]}}, {})
+    assert versions.fingerprinted_versions(known_file) == {"0.2.0", "0.9.0", "0.10.0"}
+    known_file.write_text(json.dumps({"functions": {"Model.a": {"fp1": ["0.9.0"]}}}))
+    assert versions.fingerprinted_versions(known_file) == set()  # Model.b has no fingerprint at all
+    monkeypatch.setattr("fastpath.registry.relied_on", lambda: [])
+    assert versions.fingerprinted_versions(known_file) == set()
+
+
+def test_verified_versions_are_fingerprinted_and_have_goldens_read_from_each_files_own_field(tmp_path, monkeypatch):
+    known_file, folder = records(tmp_path, monkeypatch, {
+        "Model.a": {"fp1": ["0.2.0", "0.9.0", "0.10.0"]}, "Model.b": {"fp2": ["0.2.0", "0.9.0", "0.10.0"]}},
+        {"latest.json": "0.10.0", "b.json": "0.9.0", "c.json": "0.3.0"})
+    assert versions.golden_versions(folder) == {"0.3.0", "0.9.0", "0.10.0"}
+    assert versions.verified_versions(known_file, folder) == ["0.9.0", "0.10.0"]

@@ -213,6 +213,38 @@ def test_fingerprint_is_the_same_on_every_python(monkeypatch):
     assert fingerprints.canonical(tree) == fingerprints.canonical(ast.parse(SNIPPET))
 
 
+# a value of FASTPATH_REVIEWED_UPSTREAM that is not a review, and what its error says is wrong
+NOT_REVIEWS = [
+    pytest.param("{not json", "Expecting property name", id="not-json"),
+    pytest.param('{"functions": {}}', "'version'", id="no-version"),
+    pytest.param('{"version": "0.2.1"}', "'functions'", id="no-functions"),
+    pytest.param('{"version": "0.2.1", "functions": [1, 2]}', "cannot convert", id="functions-not-a-mapping"),
+    pytest.param('{"version": "0.2.1", "functions": {"OmniVoice.generate": 1}}',
+                 "names and fingerprints must be strings", id="fingerprint-not-a-string"),
+]
+
+
+@pytest.mark.parametrize("value, why", NOT_REVIEWS)
+def test_a_review_that_is_not_one_is_refused_naming_its_format_and_the_fix(monkeypatch, value, why):
+    monkeypatch.setenv(fingerprints.ENV_REVIEWED, value)
+    with pytest.raises(fingerprints.UpstreamMismatchError) as raised:
+        fingerprints.reviewed()
+    message = str(raised.value)
+    assert message.startswith(f"{fingerprints.ENV_REVIEWED} is not a review of upstream fingerprints (") and \
+        why in message, message
+    assert '{"version": "X.Y.Z", "functions": {"Name": "fingerprint"}}' in message and \
+        "fastpath.fingerprints.review_value" in message and "unset it to use fingerprints.json alone" in message
+
+
+def test_a_review_reads_its_version_and_fingerprints_and_none_set_is_none(monkeypatch):
+    monkeypatch.delenv(fingerprints.ENV_REVIEWED, raising=False)
+    assert fingerprints.reviewed() == (None, {})
+    monkeypatch.setenv(fingerprints.ENV_REVIEWED, "  ")
+    assert fingerprints.reviewed() == (None, {})
+    monkeypatch.setenv(fingerprints.ENV_REVIEWED, ' {"version": 3, "functions": {"OmniVoice.generate": "ab12"}} ')
+    assert fingerprints.reviewed() == ("3", {"OmniVoice.generate": "ab12"})
+
+
 @pytest.mark.cpu
 def test_a_machine_whose_gemm_rows_depend_on_the_row_count(model, stock_run, monkeypatch):
     """Where a CPU GEMM row's bits depend on the call's row count (MKL's AVX2 kernels on Intel), batch_invariant

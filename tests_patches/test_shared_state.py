@@ -442,3 +442,162 @@ def test_a_variable_a_library_sets_at_import_is_passed_only_at_its_value(model, 
     finally:
         shared_state.restore(record)
     assert found == (["os.environ['KMP_INIT_AT_FORK']: unset -> 'TRUE'"] if named else [])
+
+
+# --- a shared model's state on a stand-in of two Linear layers (no omnivoice model needed) --------------------------
+
+def tiny():
+    """Two Linear layers sharing one config object, as submodules of a model share the model's config."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2, bias=False))
+    model.config = types.SimpleNamespace(attn="eager")
+    model[0].config = model.config
+    return model
+
+
+def test_a_models_state_names_each_tensor_as_named_parameters_does_and_each_config_once():
+    model = tiny()
+    state = shared_state.model_state(model)
+    assert [t[0] for t in state.tensors] == [name for name, _ in model.named_parameters()] == ["0.weight", "0.bias",
+                                                                                               "1.weight"]
+    assert all(t[1] is p and t[2] == p.data_ptr() and t[3] == p._version
+               for t, (_, p) in zip(state.tensors, model.named_parameters()))
+    assert [where for where, _, _ in state.spaces if where.endswith("config")] == ["<model>.config"]
+    assert ("<model>._modules", model._modules, dict(model._modules)) in [(w, o, s) for w, o, s in state.spaces]
+    assert (state.applied, state.copy) == ([], None)
+
+
+def test_a_kept_copy_is_reused_while_no_tensor_moved_and_taken_again_after_a_write():
+    model = tiny()
+    first = shared_state.model_state(model, keep_copy=True)
+    assert [c.tolist() for c in first.copy] == [p.tolist() for p in model.parameters()]
+    assert all(c is not p for c, p in zip(first.copy, model.parameters()))
+    again = shared_state.model_state(model, keep_copy=True, previous=first)
+    assert again.copy is first.copy, "nothing moved: the copy is not taken twice"
+    assert shared_state.model_state(model, previous=first).copy is None, "without keep_copy no copy"
+    with torch.no_grad():
+        model[1].weight.add_(0.0)  # a write that leaves the values: the version counter moves
+    fresh = shared_state.model_state(model, keep_copy=True, previous=first)
+    assert fresh.copy is not first.copy and fresh.tensors[2][3] == first.tensors[2][3] + 1
+
+
+def test_an_untouched_model_has_nothing_changed_and_each_change_is_named():
+    model = tiny()
+    before = shared_state.model_state(model, keep_copy=True)
+    assert shared_state.model_changed(before, model) == []
+    model.config.attn = "".join(["ea", "ger"])  # another str object of the same value: not a change
+    assert shared_state.model_changed(before, model) == []
+    model[0].scratch = 1
+    model[1].in_features = 3
+    del model[1].out_features
+    model.config.attn = "sdpa"
+    assert shared_state.model_changed(before, model) == [
+        "<model>.config.attn rebound or removed", "0.scratch added", "1.in_features rebound or removed",
+        "1.out_features rebound or removed"]
+
+
+def test_a_tensor_written_in_place_is_named_with_its_version_unless_the_copy_shows_the_same_values():
+    model = tiny()
+    kept, bare = shared_state.model_state(model, keep_copy=True), shared_state.model_state(model)
+    version = model[1].weight._version
+    with torch.no_grad():
+        model[1].weight.add_(0.0)
+    assert shared_state.model_changed(kept, model) == []
+    assert shared_state.model_changed(bare, model) == [f"1.weight written in place (version {version} -> "
+                                                       f"{version + 1})"]
+    with torch.no_grad():
+        model[1].weight.add_(1.0)
+    assert shared_state.model_changed(kept, model) == [f"1.weight written in place (version {version} -> "
+                                                       f"{version + 2})"]
+
+
+def test_a_tensor_given_new_storage_is_named_unless_it_holds_the_same_values():
+    model = tiny()
+    before = shared_state.model_state(model)
+    model[0].bias.data = model[0].bias.detach().clone()
+    assert shared_state.model_changed(before, model) == []
+    model[0].bias.data = model[0].bias.detach() + 1
+    assert shared_state.model_changed(before, model) == ["0.bias given new storage"]
+
+
+def test_a_patch_left_applied_on_a_shared_model_is_named_with_both_lists():
+    model = tiny()
+    before = shared_state.model_state(model)
+    model.__dict__[fastpath.registry.APPLIED_ATTR] = ["trimmed_cfg"]
+    assert shared_state.model_changed(before, model)[0] == ("patched: fastpath.applied(model) is ['trimmed_cfg'] "
+                                                            "(was [])")
+
+
+def test_each_variable_set_unset_or_changed_is_named_in_name_order():
+    before = {"OMP_NUM_THREADS": "2", "MKL_X": "1", "TORCH_Y": "a"}
+    after = {"OMP_NUM_THREADS": "1", "TORCH_Y": "a", "FASTPATH_Z": "on"}
+    assert shared_state.environ_changed(before, after) == [
+        "os.environ['FASTPATH_Z']: unset -> 'on'", "os.environ['MKL_X']: '1' -> unset",
+        "os.environ['OMP_NUM_THREADS']: '2' -> '1'"]
+    assert shared_state.environ_changed(before, dict(before)) == []
+
+
+def test_each_torch_setting_changed_is_named_with_both_values():
+    before = {"torch.backends.cuda.matmul.allow_tf32": False, "threads": 2}
+    assert shared_state.settings_changed(before, {"torch.backends.cuda.matmul.allow_tf32": True, "threads": 2}) == [
+        "torch.backends.cuda.matmul.allow_tf32: False -> True"]
+    assert shared_state.settings_changed(before, {"threads": 2}) == ["torch.backends.cuda.matmul.allow_tf32: False -> "
+                                                                     "None"]
+
+
+def test_the_environment_holds_the_suites_variables_less_a_librarys_import_default(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.setenv("KMP_INIT_AT_FORK", "FALSE")
+    monkeypatch.setenv("HOME_OF_NOTHING", "x")
+    env = shared_state.environment()
+    assert env["OMP_NUM_THREADS"] == "3" and "KMP_INIT_AT_FORK" not in env and "HOME_OF_NOTHING" not in env
+    monkeypatch.setenv("KMP_INIT_AT_FORK", "TRUE")
+    assert shared_state.environment()["KMP_INIT_AT_FORK"] == "TRUE"
+
+
+def test_the_same_keys_holding_the_same_objects_in_the_same_order_are_unchanged():
+    a, b = object(), object()
+    assert shared_state.unchanged({"x": a, "y": b}, {"x": a, "y": b})
+    assert not shared_state.unchanged({"x": a, "y": b}, {"y": b, "x": a}), "another order"
+    assert not shared_state.unchanged({"x": a}, {"x": b}), "another object"
+    assert not shared_state.unchanged({"x": a}, {"x": a, "y": b}) and not shared_state.unchanged({"x": a, "y": b},
+                                                                                                  {"x": a})
+
+    class Lying(dict):  # a dict whose own methods would hide what it holds: read through dict's
+        def values(self):
+            return [a]
+
+    assert not shared_state.unchanged({"x": a}, Lying(x=b))
+    assert shared_state.unchanged(dict(vars(Lying)), vars(Lying)), "a class's mappingproxy"
+
+
+def test_an_equal_plain_value_is_the_same_and_an_equal_object_of_another_kind_is_not():
+    assert shared_state.same("sdpa", "".join(["sd", "pa"])) and shared_state.same(None, None)
+    assert shared_state.same(1.5, 1.5) and not shared_state.same(1, 1.0) and not shared_state.same(1, True)
+    assert not shared_state.same([1], [1]) and not shared_state.same("a", "b")
+
+
+def test_tensors_are_the_same_only_of_one_kind_dtype_shape_grad_and_bits():
+    t = torch.tensor([1.0, 2.0])
+    assert shared_state.same_tensor(t, t.clone())
+    assert not shared_state.same_tensor(t, t.double())
+    assert not shared_state.same_tensor(t, torch.tensor([1.0, 2.5]))
+    assert not shared_state.same_tensor(t, t.clone().requires_grad_())
+    assert not shared_state.same_tensor(t, torch.nn.Parameter(t.clone(), requires_grad=False))
+    assert not shared_state.same_tensor(t, t.reshape(2, 1)) and not shared_state.same_tensor([1.0], [1.0])
+
+
+def test_the_shared_models_of_a_fixtures_value_are_the_modules_it_is_or_holds():
+    a, b = torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)
+    assert shared_state.shared_models(a) == [a]
+    assert shared_state.shared_models((a, 1, b)) == [a, b] == shared_state.shared_models([a, "x", b])
+    assert shared_state.shared_models({"m": a, "n": 2}) == [a] and shared_state.shared_models(3) == []
+
+
+def test_only_upstreams_lazy_cache_or_an_upstream_hook_is_upstreams_own():
+    assert shared_state.upstreams_own("<model>", "_output_capturing_hooks_installed", True)
+    assert not shared_state.upstreams_own("<model>", "scratch", True)
+    assert shared_state.upstreams_own("0._forward_hooks", 5, torch.nn.Linear(1, 1).forward)
+    assert shared_state.upstreams_own("0._forward_pre_hooks", 5, torch.nn.functional.relu)
+    assert not shared_state.upstreams_own("0._forward_hooks", 5, lambda *args: None), "a test's own hook"
+    assert not shared_state.upstreams_own("0._buffers", 5, torch.nn.functional.relu), "not a hook dict"

@@ -333,3 +333,100 @@ def test_generate_set_can_synthesize_with_the_stream(model):
     chunked = evaluate.generate_set(model, paragraph, {**config, "audio_chunk_threshold": 0}, voice_prompt=prompt,
                                     checkpoint_id="ck")
     np.testing.assert_array_equal(stream[0].wav, chunked[0].wav)
+
+
+# --- bad audio, the refusal, and the verdicts decided from the judges' figures ------------------------------------
+
+
+def tone(seconds, sr=16000, amp=0.1):
+    t = np.arange(int(seconds * sr)) / sr
+    return (amp * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+
+
+def test_a_clip_with_no_name_given_is_the_clip():
+    assert audio.check_clip(np.zeros(0, np.float32), 16000).format() == "the clip is empty (0 samples, limit 1)"
+    assert audio.check_clip(np.full(400, 1e-3), 16000) is None  # a peak of exactly SILENT_PEAK is not silent
+
+
+def test_bad_audio_names_each_side_each_judges_floor_and_the_prompt_sim_would_embed():
+    """WER's floor on each clip of each side, named with its side; then what SIM would embed (the prompt's audio),
+    leaving out the clips already named."""
+    ref = [evaluate.Clip("a", "x", tone(3.0), 16000, "a"), evaluate.Clip("b", "x", tone(300 / 16000), 16000, "b")]
+    cand = [evaluate.Clip("a", "x", tone(3.0, amp=1e-5), 16000, "a"), evaluate.Clip("b", "x", tone(3.0), 16000, "b")]
+    problems = evaluate.bad_audio(ref, cand, sim=True, mos=True, prompt=(tone(1.0), 16000))
+    assert [p.format() for p in problems] == [
+        "clip b (reference) is too short for the WER judge (300 samples at 16 kHz, limit 400: Whisper's STFT window)",
+        "clip a (candidate) is silent (peak 1e-05, limit 0.001)",
+        "the voice prompt's audio is too short for the SIM judge (16000 samples at 16 kHz, limit 19200: 0.75 of "
+        "GE2E's 1.6 s partial utterance)"]
+    assert evaluate.bad_audio(ref[:1], ref[:1]) == []  # WER alone, clean clips: nothing
+    assert evaluate.bad_audio(ref[:1], ref[:1], sim=True, prompt=(tone(1.0), 16000))[0].judge == "SIM"
+
+
+def test_a_comparison_with_bad_audio_is_refused_before_any_judge_runs():
+    clips = [evaluate.Clip(f"s{i}", "x", tone(3.0), 16000, f"s{i}") for i in range(3)]
+    judge = FakeJudge()
+    out = evaluate.compare_sets(judge, clips, clips, label="short prompt", voice_judge=types.SimpleNamespace(),
+                                prompt=(tone(1.0), 16000))
+    assert isinstance(out.verdict, audio.Refused) and out.overall is out.verdict and not out.passed
+    assert (out.ref, out.cand, out.pack, out.scores, judge.calls) == (None, None, None, {}, 0)
+    assert out.verdict.label == "short prompt"
+    assert [p.name for p in out.verdict.problems] == ["the voice prompt's audio"]
+
+
+def paired_clips(n_sentences=6, seeds=2):
+    return [evaluate.Clip(f"s{i}#{k}", f"word{i} two three", tone(0.05), 16000, f"s{i}")
+            for k in range(seeds) for i in range(n_sentences)]
+
+
+def test_decide_gates_sim_alone_in_the_judges_unit_over_sentence_blocks(tmp_path):
+    from harness.quality import stats
+
+    clips = paired_clips()
+    rng = np.random.default_rng(3)
+    r = 0.8 + rng.normal(0, 0.01, len(clips))
+    c = r - 0.1  # a voice that drifted: fails
+    judge = types.SimpleNamespace(identity="wavlm-x", unit="WavLM cosine")
+    out = evaluate.decide(None, clips, clips, {"SIM": (r, c)}, label="L", rerun="go {seeds}", voice_judge=judge,
+                          sim_margin=0.05, pack_dir=tmp_path / "pack")
+    want = stats.score_gate("SIM", "WavLM cosine", r, c, [x.group for x in clips], 0.05, "wavlm-x", "L", "go {seeds}")
+    assert out.verdict is None and (out.ref, out.cand) == (None, None)
+    assert out.overall.verdicts == (want,) and out.overall.label == "L" and want.verdict == "fail"
+    assert out.pack == tmp_path / "pack" / "index.md" and out.pack.is_file()
+    np.testing.assert_array_equal(out.scores["SIM"][1], c)
+    no_unit = evaluate.decide(None, clips, clips, {"SIM": (r, r)}, voice_judge=types.SimpleNamespace(identity="g"))
+    assert no_unit.overall.verdicts[0].unit == "GE2E cosine" and no_unit.overall.verdicts[0].margin == 0.02
+    assert no_unit.pack is None
+
+
+def test_decide_gates_each_field_of_the_mos_judge_at_the_mos_margin():
+    from harness.quality import stats
+
+    clips = paired_clips()
+    rng = np.random.default_rng(4)
+    x, y = 3 + rng.normal(0, 0.05, len(clips)), 4 + rng.normal(0, 0.05, len(clips))
+    judge = types.SimpleNamespace(identity="utmos", fields=(("MOS-X", "x", "unit X"), ("MOS-Y", "y", "unit Y")))
+    out = evaluate.decide(None, clips, clips, {"MOS-X": (x, x + 0.01), "MOS-Y": (y, y)}, mos_judge=judge,
+                          mos_margin=0.3)
+    groups = [c.group for c in clips]
+    assert out.overall.verdicts == (stats.score_gate("MOS-X", "unit X", x, x + 0.01, groups, 0.3, "utmos"),
+                                    stats.score_gate("MOS-Y", "unit Y", y, y, groups, 0.3, "utmos"))
+    default = evaluate.decide(None, clips, clips, {"MOS-X": (x, x), "MOS-Y": (y, y)}, mos_judge=judge)
+    assert [v.margin for v in default.overall.verdicts] == [0.1, 0.1]
+
+
+def test_decide_puts_wer_first_in_one_verdict_with_sim_and_alone_has_no_overall():
+    from harness.quality import stats
+
+    clips = paired_clips()
+    texts = [c.text for c in clips]
+    hyps = (texts, texts[:-1] + ["word5"])
+    judge = FakeJudge("whisper-x")
+    alone = evaluate.decide(judge, clips, clips, {"hyps": hyps}, margin_points=2.0, label="L")
+    ref = wer.score_set([c.id for c in clips], texts, hyps[0], "whisper-x", groups=[c.group for c in clips])
+    cand = wer.score_set([c.id for c in clips], texts, hyps[1], "whisper-x", groups=[c.group for c in clips])
+    assert alone.overall is None and alone.verdict == stats.gate(ref, cand, margin_points=2.0, label="L")
+    both = evaluate.decide(judge, clips, clips, {"hyps": hyps, "SIM": (np.ones(12), np.ones(12))},
+                           voice_judge=types.SimpleNamespace(identity="g"))
+    assert [getattr(v, "metric", "WER") for v in both.overall.verdicts] == ["WER", "SIM"]
+    assert both.overall.verdicts[0] is both.verdict and both.ref.judge == "whisper-x"

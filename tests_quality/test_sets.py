@@ -189,3 +189,18 @@ def test_the_gate_refuses_a_bad_set_before_it_makes_any_environment(tmp_path, mo
                       "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert f"{line}: prompt wav" in err and "8000 Hz" in err, err
+
+
+def test_a_folder_of_one_list_per_language_reads_as_one_set_with_the_judges_floor(tmp_path):
+    """seedtts_testset/en/ and zh/: every list read alike (min_prompt_samples reaches each), as one set of the
+    folder; a folder with its own meta.lst is that list, whatever lies below it."""
+    seed_tts(tmp_path, GOOD, good_wavs(), folder="en")
+    seed_tts(tmp_path, ["z1|一个提示。|prompt-wavs/c.wav|要说的句子。"], {"c.wav": (voice(1.0), 16000)}, folder="zh")
+    with pytest.raises(sets.SetError, match=r"zh/meta\.lst:1: prompt wav \S+c\.wav is too short for the SIM judge"):
+        sets.read_set(tmp_path)
+    got = sets.read_set(tmp_path, min_prompt_samples=8000)
+    assert (got.path, got.format, got.languages) == (tmp_path, "seed-tts", {"en": 2, "zh": 1})
+    assert [i.id for i in got.items] == ["u1", "u2", "z1"]
+    own = tmp_path / "en"
+    seed_tts(own, ["d1|A prompt.|prompt-wavs/d.wav|Deeper."], {"d.wav": (voice(2.0), 16000)}, folder="de")
+    assert [i.id for i in sets.read_set(own).items] == ["u1", "u2"]

@@ -7,6 +7,7 @@ work to the unmasking loop, counted for real by each commit's own code
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -371,3 +372,57 @@ def test_each_probe_counts_its_own_commits_fastpath(tmp_path, monkeypatch):
         assert count is None and why.startswith("does not import: SyntaxError"), (count_with, why)
         assert shas[2][:12] in why and "/fastpath/__init__.py" in why, why  # the commit's file, not this checkout's
         assert not log.exists()
+
+
+def test_the_search_logs_each_count_and_returns_every_probe_with_its_verdict(tmp_path):
+    """Each commit counted is logged before (the point, the signal, the commit and its subject, how many so far)
+    and after (its count and verdict against GOOD's); the result keeps the point, the signal, the floor and every
+    probe in the order counted."""
+    repo, shas = history(tmp_path, [100, 100, 120])
+    lines = []
+    result = bisect.bisect(repo, shas[0], shas[2], "auto-short-2", log=lines.append, counter=reads_the_file)
+    assert (result.point, result.signal, result.floor, result.every) == ("auto-short-2", "structure", 0.0, False)
+    assert [(p.commit, p.subject, p.count, p.verdict, p.why) for p in result.probes] == [
+        (shas[0], "commit 0", 100, "same", ""), (shas[2], "commit 2", 120, "more", ""),
+        (shas[1], "commit 1", 100, "same", "")]
+    assert (result.good.commit, result.bad.commit) == (shas[0], shas[2])
+    assert lines == [
+        f"[bisect] counting auto-short-2/lossless (structure) at {shas[0][:12]} commit 0 (1 counted so far)",
+        f"[bisect]   {shas[0][:12]}: 100 (same)",
+        f"[bisect] counting auto-short-2/lossless (structure) at {shas[2][:12]} commit 2 (2 counted so far)",
+        f"[bisect]   {shas[2][:12]}: 120 (more)",
+        f"[bisect] counting auto-short-2/lossless (structure) at {shas[1][:12]} commit 1 (3 counted so far)",
+        f"[bisect]   {shas[1][:12]}: 100 (same)"]
+
+
+def test_a_commit_that_cannot_be_counted_is_logged_as_skipped_with_why(tmp_path):
+    repo, shas = history(tmp_path, [1_000, None, 900])
+    lines = []
+    result = bisect.bisect(repo, shas[0], shas[2], "p", "instructions", log=lines.append, counter=reads_the_file)
+    assert [(p.count, p.verdict, p.why) for p in result.probes] == [(1_000, "same", ""), (900, "less", ""),
+                                                                     (None, "skipped", "does not build")]
+    assert lines[-1] == f"[bisect]   {shas[1][:12]}: skipped: does not build" and lines[1].endswith(": 1,000 (same)")
+    with pytest.raises(bisect.BisectError) as refused:
+        bisect.bisect(repo, shas[0], shas[1], "p", log=lines.append, counter=reads_the_file)
+    assert str(refused.value) == f"BAD {shas[1]} ({shas[1][:12]}) cannot be counted: does not build"
+    with pytest.raises(bisect.BisectError) as refused:
+        bisect.bisect(repo, shas[0], shas[2], "p", "wall", log=lines.append, counter=reads_the_file)
+    assert str(refused.value) == "unknown signal 'wall': one of ('structure', 'instructions')"
+
+
+def test_an_instruction_counts_floor_is_the_largest_stored_margin_of_its_point(tmp_path, monkeypatch):
+    """The margin of the point under every stored key, the largest; the margins' own floor (0.1%) where none is
+    stored or the file cannot be read. Exact counts have no floor."""
+    (tmp_path / "baselines").mkdir()
+    stored = tmp_path / "baselines" / "instructions.json"
+    stored.write_text(json.dumps({"keys": {
+        "a": {"counts": {"p/lossless": {"margin": 0.004}, "q/lossless": {"margin": 0.009}}},
+        "b": {"counts": {"p/lossless": {"margin": 0.002}}}, "c": {"ratios": {}}}}))
+    monkeypatch.setattr(bisect, "REPO_ROOT", tmp_path)
+    assert bisect.floor_of("instructions", "p", "lossless") == 0.004
+    assert bisect.floor_of("instructions", "p", "stock") == bisect.INSTRUCTIONS_FLOOR == 0.001
+    assert bisect.floor_of("structure", "p", "lossless") == bisect.STRUCTURE_FLOOR == 0.0
+    stored.write_text("{truncated")
+    assert bisect.floor_of("instructions", "p", "lossless") == 0.001
+    stored.write_text("[]")
+    assert bisect.floor_of("instructions", "p", "lossless") == 0.001

@@ -295,3 +295,337 @@ def test_clean_nights_after_an_accepted_step_raise_no_more_than_the_budget(sigma
     bound = stats.poisson.isf(0.001, expected)  # one run in 1,000 of a rule at its budget would exceed it
     assert raised <= bound, (f"{raised} slowdowns in {nights} clean nights after an acceptance, above {bound:.0f} "
                              f"(budget {expected:.1f}): the accepted level or its noise is too narrow")
+
+
+# --- the rule's small pieces, each against its definition ---------------------------------------------------------
+
+def test_the_within_night_error_is_the_standard_error_of_a_median_from_the_iqr():
+    """1.2533 x (IQR / 1.349) / median / sqrt(n), for one night (a float) and for many along an axis (an array); a
+    single sample has no spread, so 0."""
+    from harness.nightly.changes import within_night_sigma
+
+    one = [1.0, 2.0, 3.0, 4.0, 5.0]  # quartiles 2 and 4, median 3
+    expected = 1.2533 * (4.0 - 2.0) / 1.349 / 3.0 / math.sqrt(5)
+    got = within_night_sigma(one)
+    assert type(got) is float and got == pytest.approx(expected, rel=1e-12), got
+    two = [1.0, 3.0]  # quartiles 1.5 and 2.5, median 2
+    assert within_night_sigma(two) == pytest.approx(1.2533 * 1.0 / 1.349 / 2.0 / math.sqrt(2), rel=1e-12)
+    assert within_night_sigma([7.0]) == 0.0 and type(within_night_sigma([7.0])) is float
+    assert within_night_sigma([0.0]) == 0.0  # whatever the one sample is
+    nights = np.array([one, [2.0, 4.0, 6.0, 8.0, 10.0]])  # the second: twice the first, so the same relative error
+    assert within_night_sigma(nights) == pytest.approx([expected, expected], rel=1e-12)
+    by_column = within_night_sigma(np.array([[1.0, 10.0], [3.0, 30.0]]), axis=0)
+    assert by_column == pytest.approx([1.2533 / 1.349 / 2.0 / math.sqrt(2)] * 2, rel=1e-12)
+    assert within_night_sigma(np.array([[5.0], [6.0]])).tolist() == [0.0, 0.0]
+
+
+def test_a_new_nights_spread_about_a_median_level_adds_the_medians_variance():
+    """sigma x sqrt(1 + pi / 2n): the variance of a median of n nights is pi/2 x sigma^2 / n."""
+    from harness.nightly.changes import predictive
+
+    assert predictive(0.01, 4) == pytest.approx(0.01 * math.sqrt(1.0 + math.pi / 8), rel=1e-12)
+    assert predictive(2.0, 1) == pytest.approx(2.0 * math.sqrt(1.0 + math.pi / 2), rel=1e-12)
+
+
+def test_alpha_is_read_as_a_float_in_its_range_and_a_bad_one_names_the_range():
+    from harness.nightly.changes import ALPHA, check_alpha
+
+    assert check_alpha("0.5") == 0.5 and type(check_alpha("0.5")) is float
+    assert check_alpha(1) == 1.0  # the top of (0, 1] is a rate still
+    for bad in ("x", None):
+        with pytest.raises(ValueError) as refused:
+            check_alpha(bad)
+        assert str(refused.value) == f"alpha {bad!r} is not a number: give false alarms per clean night, in (0, 1]"
+    with pytest.raises(ValueError) as refused:
+        check_alpha(2)
+    assert str(refused.value) == ("alpha 2 is outside (0, 1]: it is the false alarms per clean night the whole "
+                                  f"suite may raise (default {ALPHA})")
+
+
+def test_a_rule_refuses_a_budget_split_over_no_point_or_no_history_naming_why():
+    assert (Rule(points=1, histories=1).points, Rule(points=1, histories=1).histories) == (1, 1)
+    with pytest.raises(ValueError) as refused:
+        Rule(points=0)
+    assert str(refused.value) == "points 0: the budget is split over at least one point"
+    with pytest.raises(ValueError) as refused:
+        Rule(histories=0)
+    assert str(refused.value) == "histories 0: the budget is split over at least one history"
+    with pytest.raises(ValueError, match=r"alpha 3 is outside \(0, 1\]"):
+        Rule(alpha=3)
+
+
+def test_each_metric_gets_its_own_floors_and_the_suites_budget():
+    """Instruction counts have their own floors and noise floor (METRIC_RULES); wall time keeps the defaults; the
+    points, alpha and histories given are the rule's, and the defaults are the suite's."""
+    from harness.nightly.changes import (ALPHA, DRIFT_FLOOR, MIN_SIGMA, STATISTICAL_HISTORIES, STEP_FLOOR,
+                                         rule_for)
+
+    counted = rule_for("instructions", 7, 0.02, 5)
+    assert (counted.points, counted.alpha, counted.histories) == (7, 0.02, 5)
+    assert (counted.step_floor, counted.drift_floor, counted.min_sigma) == (0.01, 0.005, 0.0005)
+    timed = rule_for("rtf", 3)
+    assert (timed.points, timed.alpha, timed.histories) == (3, ALPHA, len(STATISTICAL_HISTORIES))
+    assert (timed.step_floor, timed.drift_floor, timed.min_sigma) == (STEP_FLOOR, DRIFT_FLOOR, MIN_SIGMA)
+
+
+def test_the_first_night_of_a_change_is_the_first_nearer_the_new_level_than_the_old():
+    """Pelt's breakpoint moves past the nights below half the way to the new level (the alarm night's value for a
+    step, else the median of the nights from the breakpoint); never past the alarm night."""
+    from harness.nightly.changes import first_changed
+
+    xs = [0.0, 0.0, 0.0, 0.1, 0.1]
+    assert first_changed(xs, 1, 4, 0.0, None, "slower") == 3  # the median of 0, 0, 0.1, 0.1: half is 0.025
+    assert first_changed([0.0, 0.04, 0.1], 0, 2, 0.0, 0.1, "slower") == 2  # 0.04 is below half of 0.1
+    assert first_changed([0.0, 0.034, 0.1], 0, 2, 0.0, 0.1, "slower") == 2
+    assert first_changed([0.0, 0.06, 0.1], 0, 2, 0.0, 0.1, "slower") == 1
+    assert first_changed([0.0, -0.04, -0.1], 0, 2, 0.0, -0.1, "faster") == 2  # mirrored for a speedup
+    assert first_changed([0.0, -0.06, -0.1], 0, 2, 0.0, -0.1, "faster") == 1
+    assert first_changed([0.0, 0.0, 0.0], 0, 2, 0.0, 1.0, "slower") == 2  # the alarm night at the latest
+    assert first_changed([0.0, 0.25, 0.5], 0, 2, 0.0, 0.5, "slower") == 1  # half way is not nearer the old level
+    assert first_changed([1.0, 1.04, 1.1], 0, 2, 1.0, 1.1, "slower") == 2  # distances from the level, not from 0
+    assert first_changed([1.0, 1.06, 1.1], 0, 2, 1.0, 1.1, "slower") == 1
+    assert first_changed([0.0, 0.0, 0.0, 0.1, 5.0], 1, 3, 0.0, None, "slower") == 1  # the median of 1..3 only: 0
+    assert first_changed([0.0, 0.1, 0.1], 1, 2, 0.0, None, "slower") == 1  # from the breakpoint given
+
+
+def test_the_moves_of_exact_counts_name_each_counter_then_each_operator_with_its_unit():
+    """A counter or operator missing from one night counts 0 there; counters come first, in COUNTERS' order, then
+    the operators by name; differences shows each with thousands separators and its signed change."""
+    from harness.nightly.changes import differences, moves
+
+    before = {"ops": 5, "bytes": 3000, "by_kind": {"b.op": 2, "a.op": 1}}
+    after = {"ops": 5, "flops": 4, "by_kind": {"b.op": 2, "c.op": 7}}
+    assert moves(before, after) == [("bytes", 3000, 0, ""), ("flops", 0, 4, ""), ("a.op", 1, 0, " calls"),
+                                    ("c.op", 0, 7, " calls")]
+    assert moves({"ops": 5}, {"ops": 6}) == [("ops", 5, 6, "")]  # no by_kind on either night
+    assert moves({"ops": 5}, {"ops": 5, "by_kind": {"a.op": 3}}) == [("a.op", 0, 3, " calls")]
+    # an operator recorded with 0 calls is the same as one not recorded
+    assert moves({"by_kind": {}}, {"by_kind": {"x.op": 1, "z.op": 0}}) == [("x.op", 0, 1, " calls")]
+    assert moves({"by_kind": {"x.op": 1, "z.op": 0}}, {"by_kind": {}}) == [("x.op", 1, 0, " calls")]
+    assert moves({"bytes": 0, "ops": 1}, {"flops": 0, "ops": 1}) == []
+    assert differences(before, after) == ["bytes: 3,000 -> 0 (-3,000)", "flops: 0 -> 4 (+4)",
+                                          "a.op: 1 -> 0 calls (-1)", "c.op: 0 -> 7 calls (+7)"]
+
+
+def test_exact_counts_differ_as_slower_faster_or_a_changed_mix():
+    from harness.nightly.changes import exact_kind
+
+    base = {"ops": 10, "by_kind": {"a.op": 4, "b.op": 6}}
+    assert exact_kind(base, dict(base)) is None
+    assert exact_kind(base, {"ops": 11, "by_kind": {"a.op": 5, "b.op": 6}}) == "slower"
+    assert exact_kind(base, {"ops": 9, "by_kind": {"a.op": 3, "b.op": 6}}) == "faster"
+    assert exact_kind(base, {"ops": 10, "by_kind": {"a.op": 3, "b.op": 7}}) == "changed"
+    assert exact_kind(base, {"ops": 11, "by_kind": {"a.op": 4, "b.op": 5, "c.op": 2}}) == "changed"
+
+
+def test_a_nights_exact_counts_are_its_one_sample_and_its_recorded_counters():
+    from types import SimpleNamespace
+
+    from harness.nightly.changes import exact_counts
+
+    night = SimpleNamespace(points={"p": {"samples": [96.0], "extra": {"bytes": 8, "by_kind": {"a.op": 96}}},
+                                    "q": {"samples": [3.0], "extra": None}, "r": {"samples": [4.0]}})
+    counts = exact_counts(night, "p")
+    assert counts == {"ops": 96, "bytes": 8, "by_kind": {"a.op": 96}} and type(counts["ops"]) is int
+    assert exact_counts(night, "q") == {"ops": 3} and exact_counts(night, "r") == {"ops": 4}
+
+
+def test_an_exact_change_records_its_night_its_level_and_its_size():
+    from harness.nightly.changes import scan_exact
+
+    base, more = {"ops": 100, "by_kind": {"a.op": 100}}, {"ops": 125, "by_kind": {"a.op": 125}}
+    trace = scan_exact([base, more])
+    [event] = trace.events
+    assert (event.kind, event.rule, event.began, event.alarmed, event.z, event.level, event.status, event.closed) == \
+        ("slower", "exact", 1, 1, math.inf, 100.0, "open", None)
+    assert event.change == pytest.approx(0.25) and event.detail == ["ops: 100 -> 125 (+25)",
+                                                                     "a.op: 100 -> 125 calls (+25)"]
+    assert trace.level == [None, None] and trace.sigma == [None, None] and trace.open == [event]
+    unscaled = scan_exact([{"bytes": 1}, {"bytes": 2}]).events[0]
+    assert (unscaled.level, unscaled.change) == (0.0, 0.0)  # no operator calls counted before: no ratio
+    assert scan_exact([{"ops": 0, "bytes": 1}, {"ops": 0, "bytes": 2}]).events[0].change == 0.0
+
+
+def test_an_open_exact_change_accepted_later_makes_that_nights_counts_the_level():
+    """Accepted on a later night while open: it closes as accepted there, and the nights after that count the same
+    are ok (judged against the accepted counts, not the old ones)."""
+    from harness.nightly.changes import scan_exact
+
+    base, more = {"ops": 100}, {"ops": 104}
+    trace = scan_exact([base, more, more, more], accepted=frozenset({2}))
+    [event] = trace.events
+    assert (event.status, event.closed, event.alarmed) == ("accepted", 2, 1)
+    assert trace.status == ["learning", "alarm", "ok", "ok"] and trace.open == []
+    noted = scan_exact([base, {"ops": 90}, {"ops": 90}, base])  # a speedup's counts are the new level
+    assert [(e.kind, e.status, e.closed) for e in noted.events] == [("faster", "noted", 1), ("slower", "open", None)]
+    assert noted.status == ["learning", "ok", "ok", "alarm"]
+
+
+# --- check_history over a history built in memory ------------------------------------------------------------------
+
+STEADY = [1.0, 1.004, 0.997, 1.002, 0.999, 1.003, 0.998, 1.001, 1.0, 0.996, 1.004, 1.0]
+BUSY = {"load_average": 1.0, "cpus": 2, "steal_share": 0.0, "wait_share": 0.5}  # waited for a CPU half its time
+
+
+def spread_samples(median: float, spread: float = 0.01) -> list:
+    """9 samples evenly about `median`, from median x (1 - spread) to median x (1 + spread)."""
+    return [median * (1 + o) for o in np.linspace(-spread, spread, 9)]
+
+
+def night(i: int, points: dict, torch: str = "2.14.1", conditions=None, labels=()):
+    from harness.nightly.history import Night
+
+    return Night(id=f"n{i}", date=f"2026-11-{i + 1:02d}T03:17:00+00:00", commit=f"{i:040x}", command=None,
+                 machine={"conditions": conditions} if conditions else {}, points=points, labels=labels,
+                 versions={"torch": torch})
+
+
+def wall(median: float, spread: float = 0.01) -> dict:
+    return {"metric": "rtf", "samples": spread_samples(median, spread)}
+
+
+def test_check_history_judges_each_point_by_its_metrics_rule_and_names_its_nights():
+    """A wall time (rtf) and an instruction count share the history's budget (two statistical points); the exact
+    count spends none and is named by `scan_exact`; a wait that may be 0 is left to `compare`. Each report carries
+    its point's own nights, their log medians, whether tonight measured it, the history's not-judged limit, and the
+    versions that changed on the night a change began."""
+    from harness.nightly.changes import ALPHA, STATISTICAL_HISTORIES, check_history
+    from harness.nightly.history import History
+
+    walls = STEADY + [1.10, 1.10]
+    nights = [night(i, {"p": wall(level), "o": {"metric": "ops", "samples": [100 if i < 12 else 104]},
+                        "w": {"metric": "underrun", "samples": [0.0]},
+                        **({"c": {"metric": "instructions", "samples": [1e6] * 3}} if i < 13 else {})},
+                    torch="2.14.1" if i < 12 else "2.15.0") for i, level in enumerate(walls)]
+    history = History(machine_key="m", nights=nights, not_judged_limit=5)
+    p, o, c = check_history(history)
+    assert [(r.point, r.metric) for r in (p, o, c)] == [("p", "rtf"), ("o", "ops"), ("c", "instructions")]
+    assert (p.rule.points, p.rule.alpha, p.rule.histories, p.rule.step_floor) == (2, ALPHA,
+                                                                                len(STATISTICAL_HISTORIES), 0.05)
+    assert (c.rule.points, c.rule.step_floor, c.rule.min_sigma) == (2, 0.01, 0.0005) and o.rule is None
+    assert p.nights == nights and c.nights == nights[:13]
+    assert p.x.tolist() == pytest.approx(np.log(walls).tolist(), abs=1e-12)
+    assert (p.tonight, o.tonight, c.tonight) == (True, True, False)
+    assert {r.not_judged_limit for r in (p, o, c)} == {5} and p.not_judged == {} == o.not_judged
+    [slowdown] = p.trace.open
+    assert (slowdown.kind, slowdown.began, slowdown.versions) == ("slower", 12, ["torch 2.14.1 -> 2.15.0"])
+    [changed] = o.trace.open
+    assert (changed.rule, changed.began, changed.detail, changed.versions) == \
+        ("exact", 12, ["ops: 100 -> 104 (+4)"], ["torch 2.14.1 -> 2.15.0"])
+    assert c.trace.events == [] and c.trace.status[-1] == "ok"
+    shared = check_history(history, 0.02, 4)[0].rule
+    assert check_history(History(machine_key="m")) == []  # no nights yet: nothing to report
+    [new] = check_history(History(machine_key="m", nights=[night(0, {"p": wall(1.0)})]))  # measured on one night
+    assert (new.point, new.trace.status, new.tonight) == ("p", ["learning"], True)
+    assert (shared.alpha, shared.histories) == (0.02, 4)
+    with pytest.raises(ValueError, match=r"alpha 0 is outside \(0, 1\]"):
+        check_history(history, 0)
+
+
+def test_only_wall_time_nights_beside_competing_work_go_unjudged():
+    """A busy night leaves its wall time not judged (and out of the reference), but not its instruction count,
+    which the load does not move."""
+    from harness.nightly.changes import check_history
+    from harness.nightly.history import History
+
+    nights = [night(i, {"p": wall(level), "c": {"metric": "instructions", "samples": [1e6, 1e6]}},
+                    conditions=BUSY if i == len(STEADY) else None) for i, level in enumerate(STEADY + [1.3])]
+    p, c = check_history(History(machine_key="m", nights=nights))
+    assert p.not_judged == {12: "the measuring process waited for a CPU 50% of its CPU time"}
+    assert p.trace.status[-1] == "not judged" and p.trace.events == []
+    assert c.not_judged == {} and c.trace.status[-1] == "ok"
+
+
+def test_a_wide_spread_within_each_night_keeps_a_ten_percent_step_from_alarming():
+    """The noise is never taken below the within-night error of the nights' medians: with samples spread +-60%
+    (an error of about 9% per night) a 10% step is within the noise; the same medians measured tightly alarm."""
+    from harness.nightly.changes import check_history
+    from harness.nightly.history import History
+
+    def history(spread):
+        return History(machine_key="m", nights=[night(i, {"p": wall(level, spread)})
+                                                for i, level in enumerate(STEADY + [1.10, 1.10])])
+
+    [tight] = check_history(history(0.01))
+    [wide] = check_history(history(0.6))
+    assert [e.began for e in tight.trace.open] == [12], tight.trace.events
+    assert tight.rule.points == 1  # the one statistical point takes the history's whole share
+    assert wide.trace.events == [] and wide.trace.status[-2:] == ["ok", "ok"], wide.trace.status
+
+
+def test_an_acceptance_counts_for_its_own_point_through_the_nights_seen_when_it_was_made():
+    """A climb (2%, 6%, 10%) accepted at its first night once the person had seen its third: the nights seen are
+    part of the acceptance, nothing is open. An acceptance of another point, or of a night the point lacks, is not
+    this point's."""
+    from harness.nightly.changes import check_history
+    from harness.nightly.history import History
+
+    levels = STEADY + [1.02, 1.06, 1.10, 1.10]
+    nights = [night(i, {"p": wall(level), "q": wall(1.0), "o": {"metric": "ops", "samples": [100 + 4 * (i >= 12)]}})
+              for i, level in enumerate(levels)]
+    accepted = [{"point": "p", "night": "n12", "date": "2026-11-15T09:00:00Z"},  # after night 14 (Nov 15, 03:17)
+                {"point": "q", "night": "n12"}, {"point": "p", "night": "gone"}, {"point": "o", "night": "n12"}]
+    unaccepted = check_history(History(machine_key="m", nights=nights))[0]
+    assert unaccepted.trace.open, "the climb alone alarms: the acceptance below shows nothing"
+    p, q, o = check_history(History(machine_key="m", nights=nights, accepted=accepted))
+    assert [(e.kind, e.status, e.began) for e in o.trace.events] == [("slower", "accepted", 12)]  # an exact count too
+    assert p.trace.open == [] and p.trace.status[12:] == ["ok"] * 4, (p.trace.status, p.trace.events)
+    undated = check_history(History(machine_key="m", nights=nights, accepted=[{"point": "p", "night": "n12"}]))[0]
+    assert [e.alarmed for e in undated.trace.open] == [14], "without its date only the accepted night is seen"
+
+
+def test_the_nights_an_acceptance_saw_run_to_the_last_measured_before_its_date():
+    """Dates without a zone are UTC; a night at the very moment of the acceptance was seen; a night whose date
+    cannot be read ends the nights seen; an acceptance without a date (or one that cannot be read) saw its own night
+    only."""
+    from types import SimpleNamespace
+
+    from harness.nightly.changes import seen_through
+
+    days = [SimpleNamespace(date=f"2026-11-{d:02d}T03:17:00+00:00") for d in range(1, 7)]
+    assert seen_through(days, 1, "2026-11-04T12:00:00Z") == 3
+    assert seen_through(days, 1, "2026-11-04T03:17:00+00:00") == 3  # the moment itself
+    assert seen_through(days, 1, "2026-11-04T03:16:59") == 2  # no zone: UTC
+    assert seen_through(days, 1, "2026-11-02T12:00:00Z") == 1  # before the next night
+    assert seen_through(days, 1, None) == 1 and seen_through(days, 1, "") == 1
+    assert seen_through(days, 1, "last tuesday") == 1
+    assert seen_through(days, 3, "2027-01-01T00:00:00Z") == 5
+    naive = [SimpleNamespace(date=f"2026-11-{d:02d}T03:17:00") for d in range(1, 4)]
+    assert seen_through(naive, 0, "2026-11-03T04:00:00+01:00") == 1  # 03:00 UTC, before the third night's 03:17
+    broken = days[:3] + [SimpleNamespace(date="garbled")] + days[4:]
+    assert seen_through(broken, 1, "2027-01-01T00:00:00Z") == 2
+    assert seen_through(broken, 4, "2027-01-01T00:00:00Z") == 5  # only the nights after the accepted one count
+
+
+def test_busy_nights_are_those_beside_competing_work_unless_labelled_judge_busy():
+    from types import SimpleNamespace
+
+    from harness.nightly.changes import JUDGE_BUSY, busy_nights
+
+    quiet = {"load_average": 0.5, "cpus": 2, "steal_share": 0.0, "wait_share": 0.0}
+    nights = [SimpleNamespace(labels=(), machine={"conditions": BUSY}),
+              SimpleNamespace(labels=(JUDGE_BUSY,), machine={"conditions": BUSY}),
+              SimpleNamespace(labels=(), machine=None), SimpleNamespace(labels=(), machine={"conditions": quiet}),
+              SimpleNamespace(labels=("busy-core",), machine={"conditions": BUSY})]
+    why = "the measuring process waited for a CPU 50% of its CPU time"
+    assert JUDGE_BUSY == "judge-busy"
+    assert busy_nights(nights) == {0: why, 4: why}
+
+
+def test_a_history_is_statistical_when_a_point_it_judges_has_noise():
+    """Exact counts spend no share of alpha, nor does a wait that may be 0 (left to `compare`); a wall time or an
+    instruction count does."""
+    from types import SimpleNamespace
+
+    from harness.nightly.changes import is_statistical, unjudged
+
+    def history(*metrics):
+        nights = [SimpleNamespace(points={f"p{k}": {"metric": m} for k, m in enumerate(metrics)})]
+        return SimpleNamespace(nights=nights, point_names=[f"p{k}" for k in range(len(metrics))])
+
+    assert not is_statistical(history("ops")) and not is_statistical(history("ops", "underrun"))
+    assert is_statistical(history("ops", "rtf")) and is_statistical(history("instructions"))
+    assert unjudged(history("rtf", "underrun", "ops")) == ["p1"] and unjudged(history("rtf")) == []
+    later = SimpleNamespace(nights=[SimpleNamespace(points={"a": {"metric": "rtf"}}),
+                                    SimpleNamespace(points={"b": {"metric": "underrun"}})], point_names=["a", "b"])
+    assert unjudged(later) == ["b"]  # a night that lacks the point is passed over

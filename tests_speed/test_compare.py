@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -486,3 +487,169 @@ def test_a_wait_the_base_never_had_is_judged_by_its_slack_in_seconds(new_median,
     got = compare_point(point([0.0] * N, metric="underrun"), point(sorted(new), metric="underrun"))
     assert got.new_median == pytest.approx(new_median, abs=1e-12)
     assert (got.change, got.verdict) == (change, verdict)
+
+
+# --- each field of a verdict, each boundary of the rule ----------------------------------------------------------
+
+BASE7 = (0.97, 0.98, 0.99, 1.0, 1.01, 1.02, 1.03)  # median exactly 1.0
+
+
+def scaled(factor: float) -> tuple:
+    """BASE7 moved so that its median is exactly `factor`, its samples all above (factor > 1) or below the base's."""
+    return tuple(factor + (x - 1.0) for x in BASE7)
+
+
+def test_a_verdict_carries_every_figure_it_was_judged_by_with_the_default_factor_and_alpha():
+    """Seven samples all slower than seven: p is the exact floor 1/C(14, 7), the change new/base - 1."""
+    verdict = compare_point(point(BASE7, name="short"), point(scaled(2.0), name="short"))
+    assert verdict == SpeedVerdict(name="short", metric="rtf", base_median=1.0, new_median=2.0, change=1.0,
+                                   p_value=pytest.approx(1 / math.comb(14, 7)), verdict="regressed", max_slowdown=0.10,
+                                   alpha=0.002, n_base=7, n_new=7)
+
+
+def test_uneven_sample_counts_are_counted_on_their_own_side():
+    verdict = compare_point(point(BASE7), point(scaled(2.0)[:6]))
+    assert (verdict.n_base, verdict.n_new) == (7, 6)
+    assert verdict.p_value == pytest.approx(min_p_value(7, 6)) == pytest.approx(1 / math.comb(13, 6))
+
+
+def test_a_looser_alpha_lets_fewer_samples_be_judged_and_is_carried_into_the_verdict():
+    """4 against 4 can reach p = 1/70 < 0.05 but not 0.002: the alpha given decides whether they can be judged."""
+    base, new = point(BASE7[:4]), point(scaled(2.0)[:4])
+    verdict = compare_point(base, new, alpha=0.05, max_slowdown=0.5)
+    assert (verdict.verdict, verdict.alpha, verdict.max_slowdown) == ("regressed", 0.05, 0.5)
+    with pytest.raises(InsufficientSamplesError):
+        compare_point(base, new)
+
+
+@pytest.mark.parametrize("factor, verdict", [(1.5, "ok"), (1.51, "regressed"), (0.5, "ok"), (0.49, "faster")])
+def test_a_change_of_exactly_the_factor_is_allowed_either_way(factor, verdict):
+    got = compare_point(point(BASE7), point(scaled(factor)), max_slowdown=0.5)
+    assert got.change == pytest.approx(factor - 1.0, abs=1e-12)
+    assert got.verdict == verdict, got
+
+
+def test_a_large_speedup_that_noise_could_explain_is_ok_not_faster():
+    base = (0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0)
+    new = (0.4, 0.6, 0.7, 0.7, 0.7, 1.5, 2.5)
+    assert stats.mannwhitneyu(new, base, alternative="less", method="exact").pvalue > DEFAULT_ALPHA
+    got = compare_point(point(base), point(new))
+    assert (got.change, got.verdict) == (pytest.approx(-0.3), "ok")
+
+
+def test_at_exactly_the_smallest_reachable_p_the_samples_cannot_be_judged():
+    """3 against 3 reach p = 1/20 at best: at alpha = 0.05 that is not below alpha, so it is refused naming the fix."""
+    with pytest.raises(InsufficientSamplesError) as refused:
+        compare_point(point(BASE7[:3], name="short"), point(scaled(2.0)[:3], name="short"), alpha=1 / 20)
+    assert str(refused.value) == (
+        "point 'short': 3 base against 3 new samples can never give an exact Mann-Whitney p below alpha=0.05 (the "
+        "smallest possible p is 1/C(6,3) = 0.05), so a regression could never be flagged. Measure at least 4 samples "
+        "per point on both sides, or raise alpha.")
+    assert compare_point(point(BASE7[:4]), point(scaled(2.0)[:4]), alpha=1 / 20).verdict == "regressed"
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0, -0.5])
+def test_an_alpha_outside_zero_to_one_is_refused_naming_it(alpha):
+    with pytest.raises(ValueError) as err:
+        min_samples_for_alpha(alpha)
+    assert str(err.value) == f"alpha must be in (0, 1), got {alpha!r}"
+
+
+def test_the_smallest_p_counts_the_arrangements_of_both_sides():
+    assert min_p_value(2, 3) == pytest.approx(1 / 10) and min_p_value(1, 1) == pytest.approx(1 / 2)
+
+
+def test_the_factor_and_alpha_given_reach_every_points_verdict_in_base_order():
+    base = baseline_dict({"b": BASE7, "a": BASE7}, overrides={"a": 0.9})
+    new = baseline_dict({"a": scaled(1.3), "b": scaled(1.3)})
+    verdicts = compare_speed_runs(base, new, max_slowdown=0.5, alpha=0.01)
+    assert [(v.name, v.max_slowdown, v.alpha, v.verdict) for v in verdicts] == [("b", 0.5, 0.01, "ok"),
+                                                                               ("a", 0.9, 0.01, "ok")]
+    assert [v.verdict for v in compare_speed_runs(base, new)] == ["regressed", "ok"]
+
+
+def test_a_run_that_records_no_device_key_is_compared_with_any():
+    base, new = baseline_dict({"p": BASE7}), baseline_dict({"p": BASE7}, key=None)
+    assert [v.verdict for v in compare_speed_runs(base, new)] == ["ok"]
+    assert [v.verdict for v in compare_speed_runs(new, base)] == ["ok"]
+
+
+def test_the_device_mismatch_error_names_both_runs_and_keys_and_the_flag():
+    base = baseline_dict({"p": BASE7})
+    other = "cuda-nvidia-h200__torch-2.0.0__omnivoice-0.2.1"
+    with pytest.raises(BaselineError) as refused:
+        compare_speed_runs(base, baseline_dict({"p": BASE7}, key=other))
+    assert str(refused.value) == (
+        f"base (base) was measured on {KEY!r} but new (new) on {other!r}; speed only compares on the same device "
+        "key. Compare runs from the same machine, or pass allow_device_mismatch=True (--allow-device-mismatch) to "
+        "compare anyway.")
+
+
+def test_each_judged_point_is_printed_saying_whether_it_was_measured_twice(capsys):
+    stored = {"slow": point(BASE7, name="slow"), "same": point(BASE7, name="same")}
+    measured = {"slow": point(scaled(2.0), name="slow"), "same": point(BASE7, name="same"),
+                "new": point(BASE7, name="new")}
+    regressed, missing = judge_points(stored, measured, "k.json",
+                                      remeasure=lambda: {"slow": point(scaled(2.0), name="slow")})
+    assert regressed == [f"slow: +100.0% slower (p={1 / math.comb(14, 7):.2g}) vs k.json"] and missing == ["new"]
+    tied = stats.mannwhitneyu(BASE7, BASE7, alternative="greater", method="exact").pvalue
+    assert capsys.readouterr().out.splitlines() == [
+        f"slow: base 1.000 new 2.000 change +100.0% p {1 / math.comb(14, 7):.2g} -> regressed (measured twice)",
+        f"same: base 1.000 new 1.000 change +0.0% p {tied:.2g} -> ok",
+    ]
+    judge_points(stored, {"slow": point(scaled(2.0), name="slow")}, "k.json")
+    assert capsys.readouterr().out.endswith("-> regressed\n"), "judged once without a remeasure"
+
+
+def test_an_unknown_absent_mode_is_refused_naming_both(tmp_path):
+    with pytest.raises(ValueError) as err:
+        gate_on_baseline(config(True), tmp_path / "x.json", KEY, {}, SAVE, absent="skip")
+    assert str(err.value) == "absent='skip': 'not judged' or 'missing'"
+
+
+def test_a_corrupt_baseline_names_the_command_that_records_it_again(tmp_path):
+    path = tmp_path / f"{KEY}.json"
+    path.write_text('{"points": ')
+    with pytest.raises(BaselineError, match=f"re-create it on this machine with: {re.escape(SAVE)}$"):
+        gate_on_baseline(config(True), path, KEY, {"p": point(BASE7, name="p")}, SAVE)
+
+
+def test_the_compare_command_prints_the_table_writes_its_three_files_and_exits_1_on_a_regression(tmp_path, capsys):
+    from dataclasses import asdict
+
+    from harness.speed.compare import format_table
+
+    base = save_run(tmp_path / "base.json", {"short": BASE7, "long": BASE7})
+    new = save_run(tmp_path / "new.json", {"short": scaled(2.0), "long": BASE7})
+    out = tmp_path / "out"
+    assert compare_main([str(base), str(new), "--out", str(out), "--alpha", "0.01"]) == 1
+    expected = compare_speed_runs(load_run(base), load_run(new), alpha=0.01)
+    printed, err = capsys.readouterr()
+    assert printed == (f"{format_table(expected)}\nwrote {out / 'report.md'}, {out / 'chart.png'} and "
+                       f"{out / 'verdicts.json'}\n")
+    assert err == "REGRESSED: short\n"
+    assert json.loads((out / "verdicts.json").read_text()) == [asdict(v) for v in expected]
+    assert "- result: **REGRESSED: short**" in (out / "report.md").read_text().splitlines()
+    assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_compare_commands_factor_and_device_flag_reach_the_rule(tmp_path, capsys):
+    base = save_run(tmp_path / "base.json", {"short": BASE7})
+    new = tmp_path / "new.json"
+    save_baseline(new, device_key="cpu-other", machine={}, points={"short": {"samples": list(scaled(2.0))}},
+                  command="synthetic", commit="test")
+    assert compare_main([str(base), str(new)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: base ({base}) was measured on {KEY!r} but new ")
+    assert compare_main([str(base), str(new), "--allow-device-mismatch"]) == 1
+    assert compare_main([str(base), str(new), "--allow-device-mismatch", "--max-slowdown", "1.0"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[-1].split()[-1] == "ok" and "wrote" not in printed
+
+
+def test_an_unstable_point_names_the_limit_and_the_advice(tmp_path, capsys):
+    noisy = [1.0, 1.6, 0.9, 2.1, 1.1, 1.5, 1.0]
+    base = save_run(tmp_path / "base.json", {"a": BASE7, "b": BASE7})
+    new = save_run(tmp_path / "new.json", {"a": BASE7, "b": noisy})
+    assert compare_main([str(base), str(new)]) == 3
+    assert capsys.readouterr().err.startswith("UNSTABLE: b: a side's samples spread more than 25% of their median, "
+                                              "so no verdict; unstable: rerun on an idle machine")

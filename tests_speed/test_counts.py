@@ -366,3 +366,225 @@ def test_one_more_operator_in_the_hot_loop_is_named_exactly(model):
     assert forwards > 0 and after["llm_calls"] == forwards
     assert f"aten.special_expit.default: 0 -> {forwards} calls (+{forwards})" in differences(before, after)
     assert after["ops"] == before["ops"] + 2 * forwards  # the zeros and the sigmoid
+
+
+# --- the rule's pieces on their own: machine kinds, spreads, margins, verdicts -------------------------------------
+
+def test_a_run_without_a_full_machine_description_is_of_its_processors_kind_or_unknown():
+    xeon = {"cpu_model": "Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz"}
+    assert instructions.machine_kind(xeon) == "intel-xeon-gold-6338"
+    assert instructions.machine_kind({}) == "unknown"
+
+
+def test_the_stack_to_stock_ratio_is_taken_only_where_both_variants_were_counted():
+    counts = {"a/stock": 1000, "a/lossless": 900, "b/lossless": 50, "c/stock": 10}
+    assert instructions.ratios(counts) == {"a": 0.9}
+
+
+def test_a_figures_spread_is_the_median_of_kinds_medians_with_a_pooled_sd_and_the_farthest_offset():
+    """Kind one has 3 runs (2 degrees of freedom), kind two 2 (1): the sd is pooled weighted by them."""
+    import math
+    import statistics
+
+    one, two = [100.0, 101.0, 103.0], [104.0, 106.0]
+    found = instructions.spread({"one": one, "two": two})
+    value = (101.0 + 105.0) / 2  # the median of the kinds' medians, whatever each kind's run count
+    logs = [[math.log(x) for x in runs] for runs in (one, two)]
+    sd = math.sqrt((2 * statistics.variance(logs[0]) + 1 * statistics.variance(logs[1])) / 3)
+    offset = 2.0 / value  # each kind's median is 2 from the figure
+    assert found["value"] == value
+    assert found["sd"] == pytest.approx(sd, rel=1e-12)
+    assert found["offset"] == pytest.approx(offset, rel=1e-12)
+    assert found["widest"] == pytest.approx(3.0 / value, rel=1e-12)  # 100 and 106 are 3 from 103
+    assert found["margin"] == math.ceil(5 * max(sd, offset) * 1e5) / 1e5
+    assert found["machines"] == {
+        "one": {"runs": 3, "median": 101.0, "sd": pytest.approx(statistics.stdev(logs[0]), rel=1e-12),
+                "range": 3.0 / 101.0},
+        "two": {"runs": 2, "median": 105.0, "sd": pytest.approx(statistics.stdev(logs[1]), rel=1e-12),
+                "range": 2.0 / 105.0},
+    }
+
+
+def test_identical_runs_get_the_floor_margin_and_one_run_measures_no_spread():
+    same = instructions.spread({"one": [1000, 1000], "two": [1000]})
+    assert (same["value"], same["sd"], same["offset"], same["widest"], same["margin"]) == (1000, 0.0, 0.0, 0.0,
+                                                                                          instructions.MARGIN_FLOOR)
+    assert same["machines"]["two"] == {"runs": 1, "median": 1000, "sd": None, "range": 0.0}
+    alone = instructions.spread({"one": [1000]})
+    assert (alone["sd"], alone["margin"]) == (None, None)
+
+
+def test_a_change_of_exactly_the_margin_is_within_it_both_ways():
+    stored = {"keys": {KEY: {"counts": {"a/stock": {"count": 1000, "margin": 0.5}},
+                             "ratios": {"a": {"ratio": 0.5, "margin": 0.5}}}}}
+    for stock, lossless in ((1500, 750), (500, 250)):
+        verdict = instructions.check({"key": KEY, "counts": {"a/stock": stock, "a/lossless": lossless}}, stored)
+        assert (verdict.key, verdict.more, verdict.less, verdict.within) == (KEY, [], [], 2), verdict
+        assert verdict.missing == [f"no stored count of a/lossless for {KEY}"]
+    verdict = instructions.check({"key": KEY, "counts": {"a/stock": 1501}}, stored)
+    assert verdict.more == ["a/stock: 1,501 instructions against 1,000 stored (+50.100%, margin 50.000%)"]
+    verdict = instructions.check({"key": KEY, "counts": {"a/stock": 499}}, stored)
+    assert verdict.less == ["a/stock: 499 instructions against 1,000 stored (-50.100%, margin 50.000%)"]
+    verdict = instructions.check({"key": KEY, "counts": {"a/stock": 1000}}, {"keys": {}})
+    assert verdict.missing == [f"no stored counts for device key {KEY} (stored: none)"] and verdict.within == 0
+
+
+def run_of(kind: str, stock: int, lossless: int, source: str, key: str = KEY) -> dict:
+    return {"key": key, "counts": {"a/stock": stock, "a/lossless": lossless}, "kind": kind, "source": source,
+            "machine": {"reported": f"{kind} cpu"}}
+
+
+def test_what_record_returns_says_each_figure_and_how_its_margin_was_derived(tmp_path):
+    """Two runs of one kind: each figure the median, its margin from their spread, nothing stored before."""
+    path = tmp_path / "stored.json"
+    runs = [run_of("one", 1_000_000, 800_000, "r1"), run_of("one", 1_002_000, 800_000, "r2")]
+    figures = instructions.record(runs, path)
+    assert (figures["key"], figures["rule"], figures["sources"]) == (KEY, instructions.rule(), ["r1", "r2"])
+    assert figures["kinds"] == {"one": {"runs": 2, "reported": "one cpu"}}
+    assert figures["accepted_more_work"] == []
+    stock = figures["counts"]["a/stock"]
+    found = instructions.spread({"one": [1_000_000, 1_002_000]})
+    assert stock == {"value": 1_001_000, "margin": found["margin"], "sd": found["sd"], "offset": 0.0,
+                     "widest": found["widest"], "machines": found["machines"], "stored_before": None}
+    assert sorted(figures["ratios"]) == ["a"] and figures["ratios"]["a"]["value"] == pytest.approx(0.8 / 1.001)
+    stored = json.loads(path.read_text())
+    assert stored["_about"] == instructions.ABOUT and stored["rule"] == instructions.rule()
+    assert stored["keys"][KEY]["counts"]["a/stock"] == {
+        "count": 1_001_000, "runs": 2, "margin": found["margin"],
+        "margin_from": {"runs": 2, "machine_kinds": 1, "sd": found["sd"], "offset": 0.0}}
+    # one run more: no spread measured, the stored margin and its derivation kept; stored_before says the old figure
+    again = instructions.record([run_of("one", 1_001_500, 800_000, "r3")], path)
+    assert again["counts"]["a/stock"]["stored_before"] == 1_001_000
+    assert json.loads(path.read_text())["keys"][KEY]["counts"]["a/stock"] == {
+        "count": 1_001_500, "runs": 1, "margin": found["margin"],
+        "margin_from": {"runs": 2, "machine_kinds": 1, "sd": found["sd"], "offset": 0.0}}
+
+
+def test_a_first_figure_from_one_run_gets_the_fallback_margin_saying_so(tmp_path):
+    path = tmp_path / "stored.json"
+    figures = instructions.record([run_of("one", 1000, 500, "r1")], path)
+    assert figures["counts"]["a/stock"]["margin"] == instructions.FALLBACK_MARGIN
+    assert figures["counts"]["a/stock"]["stored_before"] is None
+    entry = json.loads(path.read_text())["keys"][KEY]["counts"]["a/stock"]
+    assert entry == {"count": 1000, "runs": 1, "margin": instructions.FALLBACK_MARGIN,
+                     "margin_from": {"runs": 1, "fallback": True}}
+
+
+def test_more_work_is_refused_naming_each_figure_and_the_flag_and_accepted_with_it(tmp_path):
+    path = tmp_path / "stored.json"
+    instructions.record([run_of("one", 1000, 500, "r1")], path)
+    before = path.read_text()
+    with pytest.raises(instructions.MoreWorkRefused) as refused:
+        instructions.record([run_of("one", 1011, 500, "r2")], path)
+    assert str(refused.value) == (
+        "MORE WORK: a/stock: 1,011 against 1,000 stored (+1.100%, margin 1.000%)\n"
+        f"not stored: these are more work than {path} holds for {KEY}; if the added work is meant, store them with "
+        "--accept-more-work (and say why in the commit)")
+    assert path.read_text() == before
+    figures = instructions.record([run_of("one", 1011, 500, "r2")], path, accept_more_work=True)
+    assert figures["accepted_more_work"] == ["a/stock: 1,011 against 1,000 stored (+1.100%, margin 1.000%)"]
+
+
+def test_a_figure_exactly_its_stored_margin_above_is_not_more_work(tmp_path):
+    path = tmp_path / "stored.json"
+    instructions.record([run_of("one", 1000, 500, "r1")], path)
+    assert instructions.record([run_of("one", 1010, 505, "r2")], path)["accepted_more_work"] == []
+
+
+def test_runs_of_several_keys_or_none_are_refused_naming_how_many():
+    with pytest.raises(instructions.InstructionsError) as err:
+        instructions.record([run_of("one", 1, 1, "r1"), run_of("one", 2, 1, "r2", key="other")])
+    assert str(err.value) == f"runs of 2 device keys ({KEY}, other): record each key's runs apart"
+    with pytest.raises(instructions.InstructionsError, match=r"^runs of 0 device keys \(none\)"):
+        instructions.record([])
+
+
+LOAD_FIX = ("give the run files `fastpath-suite counts instructions --out` wrote, a history of counts or a "
+            "results/instructions/ file")
+
+
+def write(path, data) -> str:
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_runs_are_read_from_run_files_and_results_files_each_with_its_key_kind_and_source(tmp_path):
+    from harness.speed import baselines
+
+    machine = {"cpu_model": "Test CPU"}
+    run = write(tmp_path / "run.json", {"format": baselines.FORMAT, "device_key": KEY, "machine": machine, "points": {
+        "a/stock": {"metric": "instructions", "samples": [1000.0]}, "a/lossless": {"metric": "instructions",
+                                                                                     "samples": [900]}}})
+    results = write(tmp_path / "results.json", {"format": "fastpath-results", "kind": "instructions",
+                                                "machine": machine, "figures": {"key": KEY, "counts": {"a/stock": 7}}})
+    runs = instructions.load_runs([run, results])
+    assert runs == [
+        {"key": KEY, "counts": {"a/stock": 1000, "a/lossless": 900}, "machine": machine, "kind": "test", "source": run},
+        {"key": KEY, "counts": {"a/stock": 7}, "machine": machine, "kind": "test", "source": results}]
+    assert type(runs[0]["counts"]["a/stock"]) is int
+
+
+@pytest.mark.parametrize("data, says", [
+    ({"format": "fastpath-results", "kind": "quality", "figures": {}}, "format 'fastpath-results' is not a run of "
+                                                                       "counts"),
+    ([1, 2], "format None is not a run of counts"),
+    ({"format": "fastpath-speed-baseline", "device_key": KEY, "points": {"a": {"metric": "rtf", "samples": [1]}}},
+     "'a' is not one instruction count"),
+    ({"format": "fastpath-speed-baseline", "device_key": KEY, "points": {"a": {"metric": "instructions",
+                                                                               "samples": [1, 2]}}},
+     "'a' is not one instruction count"),
+    ({"format": "fastpath-speed-baseline", "device_key": KEY, "points": {"a": {"metric": "instructions",
+                                                                               "samples": [10.5]}}},
+     "'a' is not one instruction count"),
+    ({"format": "fastpath-speed-baseline", "device_key": KEY, "points": {"a": {"metric": "instructions",
+                                                                               "samples": [0]}}},
+     "'a' is not one instruction count"),
+    ({"format": "fastpath-speed-baseline", "device_key": KEY, "points": {}}, "no device key or no counts"),
+    ({"format": "fastpath-speed-baseline", "points": {"a": {"metric": "instructions", "samples": [5]}}},
+     "no device key or no counts"),
+], ids=["other-results", "not-a-dict", "another-metric", "two-samples", "a-fraction", "zero", "no-counts", "no-key"])
+def test_a_file_that_is_not_a_run_of_counts_is_an_error_naming_the_files_to_give(tmp_path, data, says):
+    path = write(tmp_path / "x.json", data)
+    with pytest.raises(instructions.InstructionsError) as err:
+        instructions.load_runs([path])
+    assert str(err.value) == f"{path}: {says}; {LOAD_FIX}"
+
+
+def test_an_unreadable_file_is_an_error_naming_the_files_to_give(tmp_path):
+    (tmp_path / "x.json").write_text('{"format": ')
+    with pytest.raises(instructions.InstructionsError, match=rf"^{tmp_path / 'x.json'}: not readable \(.*\); "
+                                                             rf"give the run files"):
+        instructions.load_runs([tmp_path / "x.json"])
+
+
+def test_the_report_names_each_runs_figures_the_fix_of_each_kind_and_a_summary(capsys):
+    stored = {"keys": {KEY: {"counts": {"a/stock": {"count": 1000, "margin": 0.01}},
+                             "ratios": {"a": {"ratio": 0.5, "margin": 0.01}}}}}
+    runs = [{"key": KEY, "counts": {"a/stock": 1100, "a/lossless": 550}, "source": "r1"},
+            {"key": KEY, "counts": {"a/stock": 900}, "source": "r2"}]
+    assert instructions.report(runs, stored, ("CMD", "AGAIN"), True) == 1
+    record = "CMD (or, without counting again: AGAIN)"
+    assert capsys.readouterr().out.splitlines() == [
+        "MORE WORK: r1: a/stock: 1,100 instructions against 1,000 stored (+10.000%, margin 1.000%)",
+        "MORE WORK: the change adds work to a counted call; find where (`--keep DIR` keeps the callgrind dumps for "
+        "callgrind_annotate), or if it is meant, store the new counts: CMD --accept-more-work",
+        "LESS WORK: r2: a/stock: 900 instructions against 1,000 stored (-10.000%, margin 1.000%)",
+        f"LESS WORK: record the new figure with {record} (left as stored, a later change could give the gain back "
+        "unseen)",
+        f"MISSING: r1: no stored count of a/lossless for {KEY}; record them: {record} (one run keeps each figure's "
+        "stored margin, or 1%; runs from --out given to --from set margins from their spread: docs/nightly.md)",
+        "summary: FAILED: 1 figure(s) within their margins, 1 more work, 1 less work, 1 not stored",
+    ]
+
+
+def test_one_run_missing_a_figure_is_not_judged_when_not_strict_and_one_within_passes(capsys):
+    stored = {"keys": {KEY: {"counts": {"a/stock": {"count": 1000, "margin": 0.01}}, "ratios": {}}}}
+    only = [{"key": KEY, "counts": {"a/stock": 1000, "b/stock": 5}, "source": "r1"}]
+    assert instructions.report(only, stored, ("CMD", None), False) == strict.NOT_JUDGED
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"NOT JUDGED: no stored count of b/stock for {KEY}; record them: CMD (one run keeps")
+    assert out[1:] == ["summary: not judged: 1 figure(s) within their margins, 0 more work, 0 less work, 1 not stored"]
+    assert instructions.report(only[:0] + [{**only[0], "counts": {"a/stock": 1000}}], stored, ("CMD", None),
+                               True) == 0
+    assert capsys.readouterr().out == ("summary: passed: 1 figure(s) within their margins, 0 more work, 0 less work, "
+                                       "0 not stored\n")

@@ -3,9 +3,12 @@ gate with one retry."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from harness.speed import floors
+from harness.speed.baselines import BaselineError
 
 
 def test_no_floor_measures_once_and_is_not_judged_with_the_entry_to_add(monkeypatch):
@@ -43,3 +46,49 @@ def test_a_ratio_under_the_floor_is_measured_once_more(monkeypatch, ratios, call
 
     ratio, floor = floors.gated_ratio("cpu-x", "full", "p", attempt, "2 rounds")
     assert (ratio, floor, made) == (ratios[-1], 2.0, calls)
+
+
+def floors_file(tmp_path, monkeypatch, data: dict):
+    path = tmp_path / "ratio_floors.json"
+    path.write_text(json.dumps(data))
+    monkeypatch.setattr(floors, "FLOORS_FILE", path)
+    return path
+
+
+def test_a_floor_is_read_for_its_key_size_and_point_a_real_checkpoint_under_full(tmp_path, monkeypatch):
+    floors_file(tmp_path, monkeypatch, {"format": "fastpath-ratio-floors-v2", "floors": {
+        "cpu-x": {"full": {"p": {"floor": 2}}, "small": {"p": {"floor": 1.25}}}}})
+    assert floors.ratio_floor("cpu-x", "real", "p") == 2.0 and isinstance(floors.ratio_floor("cpu-x", "full", "p"),
+                                                                         float)
+    assert floors.ratio_floor("cpu-x", "small", "p") == 1.25
+    assert [floors.ratio_floor(*where) for where in (("cpu-y", "full", "p"), ("cpu-x", "tiny", "p"),
+                                                     ("cpu-x", "full", "q"))] == [None, None, None]
+
+
+def test_a_file_that_is_not_a_floor_file_is_an_error_naming_the_fix(tmp_path, monkeypatch):
+    path = floors_file(tmp_path, monkeypatch, {"format": "fastpath-ratio-floors-v1", "floors": {}})
+    with pytest.raises(BaselineError) as err:
+        floors.ratio_floor("cpu-x", "full", "p")
+    assert str(err.value) == (f"{path} is not a ratio-floor file (format fastpath-ratio-floors-v2); restore it with "
+                              "git checkout")
+
+
+def test_only_a_real_checkpoint_is_kept_under_another_size():
+    assert [floors.floor_size(size) for size in ("real", "full", "small")] == ["full", "full", "small"]
+
+
+def test_a_ratio_at_the_floor_passes_on_the_first_measurement_and_each_attempt_is_printed(capsys):
+    made = []
+
+    def attempt(n):
+        made.append(n)
+        return 2.0, "stock 2.0 s, stack 1.0 s"
+
+    assert floors.remeasured_once(attempt, 2.0) == 2.0 and made == [1]
+    assert capsys.readouterr().out == "stock 2.0 s, stack 1.0 s, ratio 2.000 (floor 2.0, attempt 1)\n"
+
+
+def test_a_recorded_floor_is_read_for_this_key_size_and_point(tmp_path, monkeypatch):
+    floors_file(tmp_path, monkeypatch, {"format": "fastpath-ratio-floors-v2", "floors": {
+        "cpu-x": {"full": {"p": {"floor": 1.5}}}}})
+    assert floors.gated_ratio("cpu-x", "real", "p", lambda n: (1.6, "m"), "2 rounds") == (1.6, 1.5)

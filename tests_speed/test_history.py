@@ -296,6 +296,10 @@ def test_nights_not_judged_in_a_row_fail_past_the_historys_limit(tmp_path, capsy
     assert "quiet machine" in summary and "--label judge-busy" in summary and "--not-judged-limit" in summary
     [alarm] = json.loads((out_dir / "alarms.json").read_text())
     assert (alarm["kind"], alarm["streak"], alarm["limit"]) == ("not judged", NOT_JUDGED_LIMIT + 1, NOT_JUDGED_LIMIT)
+    streak_began = load_history(history).nights[-(NOT_JUDGED_LIMIT + 1)]
+    assert (alarm["point"], alarm["began"], alarm["began_date"], alarm["commit"], alarm["change"], alarm["rule"]) == \
+        ("p", streak_began.id, streak_began.date, streak_began.commit, None, "not-judged limit"), alarm
+    assert alarm["detail"] == ["the measuring process waited for a CPU 50% of its CPU time; load average 3.8 on 2 CPUs"]
     assert "not judged for" in (out_dir / "index.html").read_text()
     # the limit is the history's: raised knowingly, the same streak is within it
     assert main(["append", str(history), str(tmp_path / f"busy{first}.json"),
@@ -496,3 +500,51 @@ def test_the_instruction_counts_of_a_history_across_a_bump_keep_each_nights_key(
         append(history, [run])
     assert [changed for _, _, changed in load_history(history).version_changes()] == [["torch 2.14.1 -> 2.15.0"]]
     assert [run["key"] for run in instructions.load_runs([history])] == [old, new]
+
+
+def test_accepting_the_same_change_twice_records_it_once(tmp_path):
+    history = nightly(tmp_path, STEADY + [1.10, 1.101, 1.099], other=0.5)
+    began = load_history(history).nights[len(STEADY)].id
+    accept(history, "p", began, "bigger model, on purpose")
+    written = history.read_text()
+    again = accept(history, "p", began, "said twice")
+    assert [(a["point"], a["night"], a["reason"]) for a in again.accepted] == [("p", began,
+                                                                                "bigger model, on purpose")]
+    assert history.read_text() == written  # the file is left as it was
+
+
+def test_the_not_judged_limit_is_a_whole_number_of_nights_zero_or_more():
+    from harness.nightly.history import NOT_JUDGED_LIMIT, check_limit
+
+    assert check_limit(0) == 0 and check_limit(3) == 3
+    for bad in (-1, 2.5, "7", True, None):
+        with pytest.raises(ValueError) as refused:
+            check_limit(bad)
+        assert str(refused.value) == (f"not_judged_limit {bad!r} is not a whole number of nights, 0 or more "
+                                      f"(default {NOT_JUDGED_LIMIT})")
+
+
+@pytest.mark.parametrize("key, machine, versions", [
+    pytest.param("cpu-x-2c__torch-2.14.1-cu130__omnivoice-0.2.1", "cpu-x-2c",
+                 {"torch": "2.14.1-cu130", "omnivoice": "0.2.1"}, id="a wall-time key"),
+    pytest.param("callgrind-3.22.0-avx2__torch-2.14.1", "callgrind-avx2", {"valgrind": "3.22.0", "torch": "2.14.1"},
+                 id="an instruction count's key: valgrind is a version"),
+    pytest.param("cpu-x-2c", "cpu-x-2c", {}, id="a key without versions"),
+])
+def test_split_key_names_the_machine_and_each_packages_version(key, machine, versions):
+    from harness.nightly.history import split_key
+
+    assert split_key(key) == (machine, versions)
+
+
+def test_a_points_series_is_its_nights_and_their_log_medians_in_order():
+    from harness.nightly.history import History, Night
+
+    def night(i, points):
+        return Night(id=f"n{i}", date=f"2026-11-0{i + 1}", commit=None, command=None, machine={}, points=points)
+
+    nights = [night(0, {"p": {"samples": [1.0, 4.0, 2.0]}}), night(1, {"q": {"samples": [3.0]}}),
+              night(2, {"p": {"samples": [8.0, 6.0]}, "q": {"samples": [5.0]}})]
+    assert nights[0].median("p") == 2.0 and nights[2].median("p") == 7.0 and nights[1].median("p") is None
+    measured, x = History(machine_key="m", nights=nights).series("p")
+    assert measured == [nights[0], nights[2]] and x.tolist() == pytest.approx([np.log(2.0), np.log(7.0)])

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# the tests that apply the patches (the default run's, without --slow), and the golden outputs
-PATCH_TESTS = ("tests_patches", "tests_parity", "tests_speed", "tests_harness/test_goldens.py")
+# docs/commands.md against every parser's --help: the command lines' options, defaults and help texts
+REFERENCE = "tests_harness/test_cli.py::test_the_command_reference_is_what_every_parser_prints"
+# the tests that apply the patches (the default run's, without --slow), the golden outputs, and the reference of
+# the package's own command line
+PATCH_TESTS = ("tests_patches", "tests_parity", "tests_speed", "tests_harness/test_goldens.py", REFERENCE)
 ALL = None  # every function of the file
 
 
@@ -62,9 +65,9 @@ ROOMS = (
         "harness/gate/candidate.py": functions(
             "CandidateError.__init__ unreachable installs_package provider package_folder git_spec parse_spec "
             "Env.import_check _pip _reusable remote_commit"),
-    }, (H + "test_gate.py", H + "test_gate_exits.py", H + "test_gate_cuda.py", H + "test_gate_sources.py",
+    }, (H + "test_gate.py", H + "test_gate_rules.py", H + "test_gate_exits.py", H + "test_gate_cuda.py", H + "test_gate_sources.py",
         H + "test_behaviour_errors.py", H + "test_behaviour.py", H + "test_goldens.py",
-        "tests_patches/test_omnivoice_range.py"),
+        "tests_patches/test_omnivoice_range.py", REFERENCE),
         (H + "test_gate.py::test_the_gates_parity_invocation_passes_the_refusal_tests_on_the_installed_version",
          H + "test_gate.py::test_a_folder_whose_dist_info_installs_omnivoice_under_another_name_is_that_candidate",
          H + "test_gate_exits.py::test_an_index_that_cannot_be_reached_is_the_gates_side_and_a_missing_version_the_"
@@ -80,7 +83,7 @@ ROOMS = (
         "harness/speed/stability.py": functions("ratio_spread judge judge_rounds sample_spread"),
     }, (S + "test_compare.py", S + "test_floors.py", H + "test_stability.py",
         S + "test_stream.py::test_a_device_that_keeps_up_saves_zero_underruns_and_is_gated_by_the_slack",
-        H + "test_report.py::test_a_timing_with_too_few_rounds_is_unjudged_not_unstable")),
+        H + "test_report.py::test_a_timing_with_too_few_rounds_is_unjudged_not_unstable", REFERENCE)),
     Room("quality", {
         "harness/quality/stats.py": functions(
             "margin_fraction paired_arrays block_sums linearised_se studentized_bounds seeds_per_block "
@@ -108,7 +111,8 @@ ROOMS = (
                                                 "check_night append split_key"),
         "harness/nightly/bisect.py": functions("bisect floor_of commit_range main"),
     }, (S + "test_changes.py", S + "test_history.py", S + "test_bisect.py",
-        S + "test_dashboard.py::test_a_changed_mix_of_exact_counts_is_shown_as_a_failure_and_can_be_accepted"),
+        S + "test_dashboard.py::test_a_changed_mix_of_exact_counts_is_shown_as_a_failure_and_can_be_accepted",
+        REFERENCE),
         (S + "test_bisect.py::test_each_probe_counts_its_own_commits_fastpath",
          S + "test_bisect.py::test_count_with_this_drives_each_commits_patches_with_this_harness")),
     Room("counts", {

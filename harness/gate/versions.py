@@ -85,5 +85,6 @@ def range_for(verified, releases=()) -> str:
 
 
 def admitted(specifier: SpecifierSet, versions) -> list:
-    """The versions a specifier admits (pre-releases only when it names one, as pip decides)."""
-    return [v for v in versions if specifier.contains(v)]
+    """The versions a specifier admits (pre-releases only when it names one, as pip decides; packaging >= 26's
+    `contains` admits them by default, so the choice is passed explicitly)."""
+    return [v for v in versions if specifier.contains(v, prereleases=bool(specifier.prereleases))]
