@@ -297,10 +297,28 @@ def _fixed_width():
                 os.environ[key] = value
 
 
+@contextlib.contextmanager
+def _relative_defaults():
+    """A default under the checkout is shown relative to it (docs/results.md, not /home/you/clone/docs/results.md),
+    before argparse wraps the line: the page is the same in every clone."""
+    import argparse
+
+    expand = argparse.HelpFormatter._expand_help
+
+    def relative(self, action):
+        return expand(self, action).replace(f"{ROOT}/", "").replace(str(ROOT), ".")
+
+    argparse.HelpFormatter._expand_help = relative
+    try:
+        yield
+    finally:
+        argparse.HelpFormatter._expand_help = expand
+
+
 def captured(function, argv) -> str:
     """What `function(argv)` prints (stdout and stderr), at the page's width."""
     out = io.StringIO()
-    with _fixed_width(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+    with _fixed_width(), _relative_defaults(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         try:
             function(argv)
         except SystemExit:

@@ -132,10 +132,11 @@ def main(argv=None) -> int:
                         default=["quiet", "intermittent"], help="load conditions, quiet first")
     parser.add_argument("--period", type=float, nargs=2, default=[5.0, 30.0], metavar=("MIN", "MAX"),
                         help="seconds the intermittent load stays on, then off (uniform)")
-    parser.add_argument("--processes", type=int_at_least(1), default=os.cpu_count() or 1,
-                        help="busy processes of the load")
+    parser.add_argument("--processes", type=int_at_least(1), default=None,
+                        help="busy processes of the load; None: one per CPU")
     results.add_arguments(parser)
     args = parser.parse_args(argv)
+    args.processes = args.processes or os.cpu_count() or 1  # here: the help is the same on every machine
     import fastpath
 
     progress = Progress("stability", args.quiet)

@@ -427,17 +427,19 @@ def main(argv=None, counter=None) -> int:
     parser.add_argument("history", type=Path, nargs="+", help="every history that check judged (an open issue of "
                                                               "one of them whose change is no longer open is closed)")
     parser.add_argument("--page", default=None, help="the link to the page (the artifact holding out/history/)")
-    parser.add_argument("--run-url", default=run_url(), help="the link to this run (default: from GITHUB_* variables)")
+    parser.add_argument("--run-url", default=None, help="the link to this run; None: from the GITHUB_* variables")
     parser.add_argument("--label", default=LABEL, help="the label of the issues this command files and reads")
-    parser.add_argument("--gh", default=os.environ.get("FASTPATH_GH", "gh"),
-                        help="the forge's client: gh, or an executable taking gh's arguments (FASTPATH_GH)")
+    parser.add_argument("--gh", default=None,
+                        help="the forge's client: gh, or an executable taking gh's arguments; None: $FASTPATH_GH, "
+                             "else gh")
     parser.add_argument("--repo", type=Path, default=REPO_ROOT, help="the git checkout whose commits are bisected")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the calls to the forge instead of making them (no bisect: its command is shown)")
     args = parser.parse_args(argv)
+    gh = args.gh or os.environ.get("FASTPATH_GH", "gh")  # read here: the help is the same on every machine
     try:
-        failures = alert(args.alarms, args.history, Forge(args.gh, args.dry_run), args.label, args.page,
-                         args.run_url, args.repo, counter, search=not args.dry_run)
+        failures = alert(args.alarms, args.history, Forge(gh, args.dry_run), args.label, args.page,
+                         args.run_url or run_url(), args.repo, counter, search=not args.dry_run)
     except (AlertError, BaselineError) as err:  # HistoryError: a history missing, corrupt or foreign
         print(f"error: {err}", file=sys.stderr)
         return 2
