@@ -347,10 +347,12 @@ def sections() -> list:
 
 
 def commands_page() -> str:
-    body = [HEAD]
+    # between the marks every rendered block has: a record of what the verbs print (a script's own header may
+    # show how it runs without the suite installed)
+    body = [HEAD, "<!-- rendered by `fastpath-suite maintain commands`: do not edit by hand -->\n"]
     for heading, text in sections():
         body += [f"## `{heading}`\n", "```text", text, "```\n"]
-    return "\n".join(body)
+    return "\n".join(body + ["<!-- end of commands -->\n"])
 
 
 def maintain_commands(argv) -> int:
