@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import fastpath
-from fastpath import fingerprints
+from fastpath import fingerprints, registry
 from fastpath.instance import WARNINGS_ATTR
 from harness import REPO_ROOT
 from harness.audit import shared_state
@@ -155,6 +155,68 @@ def test_unknown_patch_name_lists_the_registered_ones(model):
     with pytest.raises(fastpath.UnknownPatchError, match="trimmed_cfg"):
         fastpath.apply(model, "trimmed-cfg")
     assert fastpath.applied(model) == []
+
+
+def test_names_default_to_the_lossless_set_and_take_one_name_or_several():
+    assert registry._names(None) == list(fastpath.LOSSLESS)
+    assert registry._names("sliced_heads") == ["sliced_heads"]
+    assert registry._names(("sliced_heads", "trimmed_cfg")) == ["sliced_heads", "trimmed_cfg"]
+    with pytest.raises(fastpath.UnknownPatchError) as unknown:
+        registry._names(["sliced_heads", "trimmed-cfg"])
+    assert str(unknown.value) == f"unknown patch(es) ['trimmed-cfg']; registered: {sorted(fastpath.PATCHES)}"
+
+
+class Holder:  # what the registry's checks read of a model: its instance dict; and it can be weakly referenced
+    pass
+
+
+def test_conflicts_are_refused_naming_both_and_the_revert():
+    model = Holder()
+    registry._refuse_conflicts(model, ["compiled_llm", "compiled_vocoder", "cuda_tf32", "sliced_heads"])
+    model.__dict__[registry.APPLIED_ATTR] = ["cuda_graphs"]
+    with pytest.raises(fastpath.ConflictingPatchesError) as refused:
+        registry._refuse_conflicts(model, ["sliced_heads", "compiled_llm"])
+    assert str(refused.value) == ("patches 'cuda_graphs' and 'compiled_llm' both replace the same function and cannot "
+                                  "be applied together; revert one first (fastpath.revert(model, 'cuda_graphs'))")
+
+
+@pytest.mark.parametrize("doing", ["apply patches", "revert patches", "copy the model"])
+def test_an_open_stream_refuses_what_would_change_its_model(doing):
+    model = Holder()
+    registry._refuse_while_streaming(model, doing)  # no stream: nothing said
+    registry._open_streams[model] = "its job"
+    try:
+        with pytest.raises(fastpath.StreamBusyError) as refused:
+            registry._refuse_while_streaming(model, doing)
+    finally:
+        del registry._open_streams[model]
+    assert str(refused.value) == (
+        f"cannot {doing} while a stream of this model is open (its worker is generating with the patches it started "
+        f"with): let it finish, or close() / cancel() it first")
+
+
+def test_the_tables_functions_import_their_module_at_the_call_and_are_named_by_what_they_call():
+    """A table function's name (a Patch's repr shows it, and so does the shared-state guard's report of one left
+    behind) is its target with its options."""
+    call = registry._lazy("no_such_module_for_fastpath:apply", level=2)
+    assert call.__qualname__ == "no_such_module_for_fastpath:apply(level=2)"
+    with pytest.raises(ModuleNotFoundError, match="no_such_module_for_fastpath"):
+        call(None)
+    call = registry._lazy("builtins:sorted", key=abs, reverse=True)
+    assert call([1, -3, 2]) == [-3, 2, 1]
+    assert call.__qualname__ == f"builtins:sorted(key={abs!r}, reverse=True)"
+    patch = fastpath.PATCHES["compiled_llm"]
+    assert patch.apply.__qualname__ == "fastpath.gpu.compiled:compile_llm(mode='default')"
+    assert patch.revert.__qualname__ == "fastpath.gpu.compiled:uncompile_llm()"
+    assert "apply=<function fastpath.loop:enable(feature='trimmed_cfg') at " in repr(fastpath.PATCHES["trimmed_cfg"])
+
+
+def test_relied_on_is_every_patchs_and_the_streams_names_sorted_once():
+    names = registry.relied_on()
+    assert names == sorted(set(names))
+    assert set(registry.STREAM_RELIES_ON) <= set(names) and set(registry.LOOP_RELIES_ON) <= set(names)
+    assert {"OmniVoice.create_voice_clone_prompt", "OmniVoice._prepare_embed_inputs"} <= set(names)
+    assert set(names) == {n for p in fastpath.PATCHES.values() for n in p.relies_on} | set(registry.STREAM_RELIES_ON)
 
 
 def test_missing_checkpoint_names_the_fix(tmp_path):

@@ -4,6 +4,7 @@ whatever order the tests run."""
 
 from __future__ import annotations
 
+import collections.abc
 import functools
 import os
 import re
@@ -601,3 +602,243 @@ def test_only_upstreams_lazy_cache_or_an_upstream_hook_is_upstreams_own():
     assert shared_state.upstreams_own("0._forward_pre_hooks", 5, torch.nn.functional.relu)
     assert not shared_state.upstreams_own("0._forward_hooks", 5, lambda *args: None), "a test's own hook"
     assert not shared_state.upstreams_own("0._buffers", 5, torch.nn.functional.relu), "not a hook dict"
+
+
+# --- the pieces on their own, on namespaces and dicts of the test's own ----------------------------------------------
+
+def test_fastpaths_objects_are_found_in_omnivoice_modules_and_classes_the_record_does_not_hold(monkeypatch):
+    """foreign scans every loaded omnivoice module and the classes it defines, recorded or not, and the recorded
+    dicts (less fastpath's own attention name); what a dict held unchanged is judged once."""
+    import omnivoice.models.omnivoice as upstream
+    from fastpath.loop import PADDED_ATTENTION
+
+    monkeypatch.setattr(upstream, "planted", fastpath.apply, raising=False)
+    monkeypatch.setattr(upstream.OmniVoice, "planted", functools.partial(fastpath.revert), raising=False)
+    held = {"fine": len, "planted": fastpath.apply, f"{PADDED_ATTENTION}sdpa": padded("sdpa")}
+    record = shared_state.Record(containers={"dict module m.REGISTRY": held},
+                                 entries={"dict module m.REGISTRY": dict(held)})
+    found = ["class omnivoice.models.omnivoice.OmniVoice.planted is fastpath's partial",
+             "dict module m.REGISTRY['planted'] is fastpath's apply",
+             "module omnivoice.models.omnivoice.planted is fastpath's apply"]
+    assert shared_state.foreign(record) == found
+    assert record.fastpaths[("entries", "dict module m.REGISTRY")] == ["dict module m.REGISTRY['planted'] is "
+                                                                       "fastpath's apply"]
+    assert shared_state.foreign(record) == found
+    held["more"] = fastpath.revert  # changed since it was judged: judged again
+    assert shared_state.foreign(record) == sorted([*found, "dict module m.REGISTRY['more'] is fastpath's revert"])
+
+
+def test_fastpaths_own_attention_name_is_only_its_wrapper_of_the_implementation_the_key_names():
+    from fastpath.loop import PADDED_ATTENTION
+
+    own = shared_state.fastpaths_own_entry
+    assert own(f"{PADDED_ATTENTION}sdpa", padded("sdpa"))
+    assert not own(f"{PADDED_ATTENTION}eager", padded("sdpa"))
+    assert not own("sdpa", padded("sdpa")) and not own(("x",), padded("sdpa"))
+    assert not own(f"{PADDED_ATTENTION}sdpa", fastpath.apply) and not own(f"{PADDED_ATTENTION}sdpa", "sdpa")
+
+
+def test_only_upstreams_per_class_record_is_its_own_entry():
+    def registry(name, module):
+        return type(name, (dict,), {"__module__": module})()
+
+    record = shared_state.upstreams_record
+    assert record(registry("_CanRecordRegistry", "transformers.utils.output_capturing"), "<class 'a.B'>")
+    assert record(registry("_CanRecordRegistry", "omnivoice.x"), "<class 'a.B'>")
+    assert not record(registry("_CanRecordRegistry", "mine.x"), "<class 'a.B'>")
+    assert not record(registry("OtherRegistry", "transformers.x"), "<class 'a.B'>")
+    assert not record(registry("_CanRecordRegistry", "transformers.x"), "a.B")
+    assert not record(registry("_CanRecordRegistry", "transformers.x"), ("<class 'a.B'>",))
+
+
+def entries_record(entries: dict, containers: dict | None = None) -> shared_state.Record:
+    return shared_state.Record(entries={w: dict(e) for w, e in entries.items()}, containers=containers or {})
+
+
+def test_each_entry_added_removed_or_rebound_is_named_in_order_but_fastpaths_own_and_upstreams_record():
+    from fastpath.loop import PADDED_ATTENTION
+
+    a, b = object(), object()
+    registry = type("_CanRecordRegistry", (dict,), {"__module__": "transformers.utils.output_capturing"})()
+    before = entries_record({"d1": {"keep": a, "rebound": a, "removed": a}, "d2": {"x": a}, "d3": {"x": a},
+                             "d4": {}}, {"d4": registry})
+    own = padded("sdpa")
+    now = entries_record({"d1": {"added": b, "rebound": b, "keep": a, f"{PADDED_ATTENTION}sdpa": own}, "d3": {"x": a},
+                          "d4": {"<class 'a.B'>": b, "other": b}})
+    assert shared_state.entry_differences(before, now) == [("d1", "rebound"), ("d1", "removed"), ("d1", "added"),
+                                                           ("d2", "x"), ("d4", "other")]
+    rebound_own = entries_record({"d": {f"{PADDED_ATTENTION}sdpa": padded("sdpa")}})
+    assert shared_state.entry_differences(rebound_own, entries_record({"d": {f"{PADDED_ATTENTION}sdpa": own}})) == [
+        ("d", f"{PADDED_ATTENTION}sdpa")]
+
+
+def test_namespace_differences_leave_out_caches_submodules_and_the_compile_cache_and_say_when_unknown():
+    class Base:
+        def f(self):
+            pass
+
+    class Child(Base):
+        pass
+
+    module = types.ModuleType("planted_namespace")
+    module.kept, module.gone, module.swapped, module.cached = 1, 2, 3, 4
+    spaces = {"module planted_namespace": module, "class planted.Child": Child}
+    record = shared_state.Record(namespaces={w: dict(vars(o)) for w, o in spaces.items()}, objects=spaces,
+                                 compiled={(id(vars(module)), "cached")})
+    del module.gone
+    module.swapped, module.added, module.sub, module.compiled_now = 30, 5, types.ModuleType("x"), 6
+    module._can_set_attn_implementation_cached_value = True
+    Child.f, Child.g = lambda self: None, 1
+    try:
+        current = shared_state.Record(namespaces={w: dict(vars(o)) for w, o in spaces.items()}, objects=spaces,
+                                      compiled={(id(vars(module)), "compiled_now")})
+        assert shared_state.differences(record, current) == [
+            ("module planted_namespace", "added", ""), ("module planted_namespace", "gone", ""),
+            ("module planted_namespace", "swapped", ""), ("class planted.Child", "f", ""),
+            ("class planted.Child", "g", "")]
+        unknown = shared_state.Record(namespaces=current.namespaces, objects=spaces, compiled=None)
+        why = (f"; torch {torch.__version__} has no torch._dynamo.utils._cleanup_owners, dynamo's record of the globals "
+               f"torch.compile installs: its compile cache and a leak cannot be told apart)")
+        assert shared_state.differences(record, unknown) == [
+            ("module planted_namespace", "added", f" (added{why}"),  # "cached": in the record's list
+            ("module planted_namespace", "compiled_now", f" (added{why}"),
+            ("module planted_namespace", "gone", f" (removed{why}"), ("module planted_namespace", "swapped", ""),
+            ("class planted.Child", "f", ""), ("class planted.Child", "g", "")]
+    finally:
+        del Child.f, Child.g
+
+
+def test_a_name_inherited_at_the_record_is_what_its_bases_held_then():
+    class Base:
+        f = 1
+
+    class Middle(Base):
+        pass
+
+    class Child(Middle):
+        f = 2
+
+    record = shared_state.Record(namespaces={shared_state._where(Base): {"f": 10}})
+    assert shared_state.inherited(record, Child, "f") == 10  # the record's, not the class's own or Base's now
+    assert shared_state.inherited(shared_state.Record(), Child, "f") == 1
+    assert shared_state.inherited(record, Child, "nothing") is shared_state._MISSING
+    assert shared_state.inherited(record, types.ModuleType("m"), "f") is shared_state._MISSING
+
+
+def test_a_dynamo_wrapper_added_on_a_class_wraps_what_its_base_held_at_the_record(monkeypatch):
+    import torch._dynamo.mutation_guard
+
+    class Base:
+        def f(self):
+            pass
+
+    class Child(Base):
+        pass
+
+    spaces = {"class planted.Child": Child}
+    record = shared_state.Record(namespaces={"class planted.Child": dict(vars(Child))}, objects=spaces)
+    monkeypatch.setattr(Child, "f", dynamo_style("wraps", Base.f, torch._dynamo.mutation_guard.__file__),
+                        raising=False)
+    assert shared_state.differences(record, shared_state.now(record)) == []
+    monkeypatch.setattr(Child, "f", dynamo_style("wraps", len, torch._dynamo.mutation_guard.__file__))
+    assert shared_state.differences(record, shared_state.now(record)) == [("class planted.Child", "f", "")]
+
+
+EMPTY_CELL = """
+def empty_then(original):
+    def patched(self):
+        return later(original)
+    return patched
+    later = None
+"""
+
+
+def test_a_dynamo_wrapper_is_told_by_its_file_and_what_it_wraps(monkeypatch):
+    import torch._dynamo.mutation_guard
+
+    dynamos = torch._dynamo.mutation_guard.__file__
+    original = object()
+    assert shared_state.dynamo_wrapper(dynamo_style("wraps", original, dynamos), original)
+    assert shared_state.dynamo_wrapper(dynamo_style("closes_over", original, dynamos), original)
+    assert not shared_state.dynamo_wrapper(dynamo_style("closes_over", original, dynamos), object())
+    assert not shared_state.dynamo_wrapper(dynamo_style("wraps", original, __file__), original)
+    assert not shared_state.dynamo_wrapper(dynamo_style("wraps", original, dynamos), shared_state._MISSING)
+    assert not shared_state.dynamo_wrapper(len, original)  # no code of its own
+    scope = {}
+    exec(compile(EMPTY_CELL, dynamos, "exec"), scope)
+    assert shared_state.dynamo_wrapper(scope["empty_then"](original), original)  # an empty cell is passed over
+    monkeypatch.setattr(shared_state, "DYNAMO_WRAPPERS", "torch._dynamo.no_such_module")
+    assert not shared_state.dynamo_wrapper(dynamo_style("wraps", original, dynamos), original)
+
+
+def test_dynamos_record_of_compile_globals_is_read_or_none_where_this_torch_keeps_none(monkeypatch):
+    import torch._dynamo.utils
+
+    owners = {(1, "a"): None, (2, "b"): None}
+    monkeypatch.setattr(torch._dynamo.utils, "_planted_owners", owners, raising=False)
+    monkeypatch.setattr(shared_state, "DYNAMO_RECORD", ("torch._dynamo.utils", "_planted_owners"))
+    assert shared_state.dynamo_globals() == {(1, "a"), (2, "b")}
+    monkeypatch.setattr(torch._dynamo.utils, "_planted_owners", [(1, "a")])
+    assert shared_state.dynamo_globals() is None
+    monkeypatch.setattr(shared_state, "DYNAMO_RECORD", ("torch._dynamo.utils", "_no_such_record"))
+    assert shared_state.dynamo_globals() is None
+    monkeypatch.setattr(shared_state, "DYNAMO_RECORD", ("torch._dynamo.no_such_module", "x"))
+    assert shared_state.dynamo_globals() is None
+    monkeypatch.delitem(sys.modules, "torch._dynamo")
+    assert shared_state.dynamo_globals() == set()
+
+
+class Wrapper:
+    def __init__(self, wrapped):
+        self.__wrapped__ = wrapped
+
+
+class Raising:
+    def __getattr__(self, name):
+        raise RuntimeError("answers no name")
+
+
+def test_fastpaths_objects_are_told_through_methods_partials_and_wrappers_up_to_eight_deep():
+    import fastpath.loop as loop
+
+    mine = shared_state.defined_in_fastpath
+    assert mine(fastpath.apply) and mine(staticmethod(fastpath.apply)) and mine(classmethod(fastpath.apply))
+    assert mine(functools.wraps(fastpath.apply)(lambda: None))  # its __wrapped__
+    assert not mine(len) and not mine(lambda: None) and not mine(Raising()) and not mine(functools.partial(len))
+    classes = [v for v in vars(loop).values() if isinstance(v, type) and v.__module__ == "fastpath.loop"]
+    assert classes and mine(classes[0]) and not mine(Raising)
+    deep = fastpath.apply
+    for _ in range(8):
+        deep = Wrapper(deep)
+    assert mine(deep) and not mine(Wrapper(deep))  # a ninth wrapper is not followed
+
+
+def test_the_dicts_of_recorded_modules_are_each_named_once():
+    class Mapping(collections.abc.Mapping):
+        def __init__(self):
+            self._local = {"x": 1}
+            self.plain = 5
+
+        def __getitem__(self, key):
+            return self._local[key]
+
+        def __iter__(self):
+            return iter(self._local)
+
+        def __len__(self):
+            return len(self._local)
+
+    first, second = types.ModuleType("m_a"), types.ModuleType("m_b")
+    shared = {"s": 1}
+
+    class Registry:
+        _global = {"y": 2}
+        plain = 4
+
+    Registry.__module__, Registry.__qualname__, Registry.__hidden__ = "m_a", "Registry", {"z": 3}
+    first.TABLE, first.__dunder__, first.MAPPING, first.Registry, first.shared = {}, {}, Mapping(), Registry, shared
+    second.shared, second.Elsewhere = shared, Registry  # a class of another module: not scanned there
+    held = shared_state.containers([second, first])
+    assert list(held) == ["dict module m_a.TABLE", "dict module m_a.MAPPING._local", "dict class m_a.Registry._global",
+                          "dict module m_a.shared"]
+    assert held["dict module m_a.shared"] is shared and held["dict module m_a.MAPPING._local"] is first.MAPPING._local

@@ -12,7 +12,6 @@ import gc
 import threading
 import time
 
-import numpy as np
 import pytest
 import torch
 
@@ -76,6 +75,13 @@ def eventually(condition, what: str) -> None:
         time.sleep(0.01)
 
 
+def waiting(stream) -> int:
+    """`Stream.waiting`, checked: the worker is never more than one chunk ahead of the reader, nor behind it."""
+    count = stream.waiting
+    assert count in (0, 1), f"waiting {count}: the chunks made and the chunks taken are counted wrong"
+    return count
+
+
 def untouched(model) -> dict:
     return {"dict": dict(model.__dict__), "hooks": dict(model.audio_heads._forward_pre_hooks)}
 
@@ -89,9 +95,10 @@ def test_a_generate_between_two_pieces_gives_what_it_gives_alone(model, prompt):
     stream = fastpath.stream(model, TEXT, **kwargs(prompt))
     try:
         pieces = [next(stream)]
-        eventually(lambda: stream.waiting == 1, "the worker made the next chunk")  # and now waits for the reader
+        eventually(lambda: waiting(stream) == 1, "the worker made the next chunk")  # and now waits for the reader
         between = in_thread(lambda: generate(model, prompt, seed=7))()
         pieces += list(stream)
+        assert waiting(stream) == 0, "every chunk made was taken"
     finally:
         stream.close()
     problem = describe_difference("a generate between two pieces of a stream", torch.from_numpy(alone),
@@ -164,12 +171,14 @@ def test_applies_reverts_and_copies_wait_for_the_stream(model, prompt):
     try:
         stream = fastpath.stream(model, TEXT, **kwargs(prompt))
         next(stream)
-        for call in (lambda: fastpath.apply(model, "trimmed_cfg"), lambda: fastpath.revert(model),
-                     lambda: copy.deepcopy(model)):
-            with pytest.raises(fastpath.StreamBusyError, match="close"):
+        for doing, call in (("apply patches", lambda: fastpath.apply(model, "trimmed_cfg")),
+                            ("revert patches", lambda: fastpath.revert(model)),
+                            ("copy the model", lambda: copy.deepcopy(model))):
+            with pytest.raises(fastpath.StreamBusyError, match=f"^cannot {doing} while a stream .*close"):
                 call()
         assert fastpath.applied(model) == ["sliced_heads"]
-        with pytest.raises(fastpath.StreamBusyError, match="close"):
+        with pytest.raises(fastpath.StreamBusyError,
+                           match=r"^another stream of this model is still open: exhaust it or close\(\) it first$"):
             fastpath.stream(model, TEXT, **kwargs(prompt))
         stream.close()
         assert fastpath.apply(model, "trimmed_cfg") == ["sliced_heads", "trimmed_cfg"]
@@ -199,6 +208,52 @@ def test_bad_input_is_refused_with_the_fix(model, prompt):
         fastpath.stream(model, TEXT, **{**kwargs(prompt), "audio_chunk_duration": 0})
     with fastpath.stream(model, TEXT, **kwargs(prompt)) as stream:  # the refusals left the model free
         assert next(stream).size > 0
+        with stream._reading:  # another thread is inside next()
+            with pytest.raises(RuntimeError) as busy:
+                next(stream)
+        assert str(busy.value) == ("another thread is reading this stream: read it from one thread (cancel() is the "
+                                   "call for other threads)")
+        assert next(stream).size > 0
+
+
+def test_bad_calls_are_refused_before_anything_starts_and_say_why(model, prompt):
+    from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
+
+    def refusal(error, text=TEXT, **call):
+        with pytest.raises(error) as refused:
+            fastpath.stream(model, text, **call)
+        return str(refused.value)
+
+    assert refusal(ValueError, "") == "stream got an empty text: pass the words to speak"
+    assert refusal(TypeError, ["One.", "Two."]) == ("stream takes one text (a str), got list; for several texts, "
+                                                    "stream each or call model.generate")
+    assert refusal(TypeError, audio_chunk_threshold=0) == (
+        "stream always chunks: drop audio_chunk_threshold (the matching generate call passes audio_chunk_threshold=0)")
+    unknown = refusal(TypeError, language="en", num_steps=8)
+    assert unknown.startswith("unknown argument(s) ['num_steps']: neither generate arguments ['language', ") and \
+        " nor OmniVoiceGenerationConfig fields [" in unknown and "'num_step'" in unknown, unknown
+    assert refusal(TypeError, generation_config=OmniVoiceGenerationConfig(), num_step=8, guidance_scale=2.0) == (
+        "pass generation_config or its fields ['guidance_scale', 'num_step'], not both")
+    assert refusal(ValueError, **{**kwargs(prompt), "audio_chunk_duration": -1.0}) == (
+        "audio_chunk_duration must be > 0 seconds, got -1.0")
+
+
+def test_a_models_worker_thread_ends_when_the_model_is_collected():
+    """One worker per model, kept across its streams; the model's collection stops the thread (a server that loads
+    and drops models does not pile up threads)."""
+    from fastpath import streaming
+
+    class Model:  # what _worker reads of a model
+        device = torch.device("cpu")
+
+    model = Model()
+    worker = streaming._worker(model)
+    assert streaming._worker(model) is worker and worker.cuda_stream is None
+    assert worker.thread.is_alive() and worker.thread.daemon and worker.thread.name == "fastpath-stream"
+    del model
+    gc.collect()
+    worker.thread.join(60.0)
+    assert not worker.thread.is_alive(), "the worker thread of a collected model is still running"
 
 
 def test_a_stream_whose_construction_failed_is_collected_quietly():

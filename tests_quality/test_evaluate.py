@@ -430,3 +430,110 @@ def test_decide_puts_wer_first_in_one_verdict_with_sim_and_alone_has_no_overall(
                            voice_judge=types.SimpleNamespace(identity="g"))
     assert [getattr(v, "metric", "WER") for v in both.overall.verdicts] == ["WER", "SIM"]
     assert both.overall.verdicts[0] is both.verdict and both.ref.judge == "whisper-x"
+
+
+def test_compare_sets_without_a_label_or_rerun_shows_neither():
+    clips = evaluate.generate_set(FakeModel(), SENTENCES, {}, checkpoint_id="ck")
+    out = evaluate.compare_sets(FakeJudge(), clips, clips)
+    assert (out.verdict.label, out.verdict.rerun, out.pack, out.overall) == ("", "", None, None)
+    again = evaluate.compare_sets(FakeJudge(), clips, clips, label="L", rerun="again {seeds}")
+    assert (again.verdict.label, again.verdict.rerun) == ("L", f"again {again.verdict.seeds_needed}")
+    short = [evaluate.Clip(c.id, c.text, c.wav[:10], c.sr, c.group) for c in clips]
+    refused = evaluate.compare_sets(FakeJudge(), clips, short)
+    assert refused.verdict.format().startswith("[REFUSED] candidate: bad audio: clip s1 (candidate) is too short")
+
+
+# --- audio's checks on their own (harness.quality.audio) -----------------------------------------------------------
+
+@pytest.mark.parametrize("n, sr, at_16k", [(16000, 16000, 16000), (24000, 24000, 16000), (44100, 44100, 16000),
+                                          (100, 24000, 67), (1, 24000, 1), (5, 48000, 2), (7, 22050, 6),
+                                          (3, 8000, 6)])
+def test_a_clips_length_at_the_judges_rate_is_rounded_up(n, sr, at_16k):
+    assert audio.judge_samples(n, sr) == at_16k == audio.to_judge_rate(np.zeros(n, np.float32), sr).size
+
+
+def test_judges_are_named_one_several_or_none_and_an_unknown_one_is_refused():
+    assert audio._judges(None) == () and audio._judges("SIM") == ("SIM",)
+    assert audio._judges(["WER", "MOS"]) == ("WER", "MOS")
+    with pytest.raises(ValueError) as err:
+        audio._judges(("WER", "PESQ", "X"))
+    assert str(err.value) == "unknown judge 'PESQ': choose among ('WER', 'SIM', 'MOS')"
+
+
+@pytest.mark.parametrize("wave, judge, says", [
+    (np.zeros((2, 3), np.float32), None, "not mono (shape (2, 3), limit one dimension [T])"),
+    (np.zeros(0, np.float32), ("WER", "SIM"), "empty (0 samples, limit 19200)"),
+    (np.zeros(0, np.float32), "MOS", "empty (0 samples, limit 321)"),
+    (np.array([0.1, np.nan, np.inf, 0.2, -np.inf], np.float32), None, "non-finite (3 of 5 samples NaN or inf, "
+                                                                      "limit 0)"),
+    (np.full(350, 0.1, np.float32), ("MOS", "WER"), "too short for the WER judge (350 samples at 16 kHz, limit 400: "
+                                                    "Whisper's STFT window)"),
+    (np.full(320, 0.1, np.float32), ("WER", "MOS"), "too short for the WER judge (320 samples at 16 kHz, limit 400: "
+                                                    "Whisper's STFT window)"),
+    (np.full(320, 0.1, np.float32), "MOS", "too short for the MOS judge (320 samples at 16 kHz, limit 321: "
+                                           "DNSMOS's mel frame)"),
+    (np.full(19199, 0.1, np.float32), "SIM", "too short for the SIM judge (19199 samples at 16 kHz, limit 19200: "
+                                             "0.75 of GE2E's 1.6 s partial utterance)"),
+    (np.full(400, 0.000999), None, "silent (peak 0.000999, limit 0.001)"),
+    (np.r_[np.full(2, 0.999), np.full(998, 0.5)], None, "clipped (0.20% of samples at |x| >= 0.999, limit 0.1%)"),
+    (np.r_[np.full(2, -1.5), np.full(998, 0.5)], None, "clipped (0.20% of samples at |x| >= 0.999, limit 0.1%)"),
+], ids=["not-mono", "empty-strictest", "empty-mos", "non-finite", "short-wer", "short-strictest-first", "short-mos",
+        "short-sim", "silent", "clipped", "beyond-full-scale"])
+def test_each_defect_names_the_clip_its_measure_and_its_limit(wave, judge, says):
+    found = audio.check_clip(wave, 16000, judge, "clip c")
+    assert found is not None and found.format() == f"clip c is {says}", found
+
+
+@pytest.mark.parametrize("wave, judge", [
+    (np.full(400, 0.1, np.float32), ("WER", "MOS")),  # exactly WER's floor
+    (np.full(19200, 0.1, np.float32), "SIM"),
+    (np.full(10, 0.1, np.float32), None),  # no judge: no floor
+    (np.r_[np.full(1, 0.999), np.full(999, 0.5)], None),  # exactly 0.1% at full scale
+    (np.r_[np.full(5, 0.9989), np.full(995, 0.5)], None),  # below the clip level
+])
+def test_a_clip_at_each_limit_is_heard(wave, judge):
+    assert audio.check_clip(wave, 16000, judge) is None
+
+
+def test_each_bad_clip_is_named_with_its_side_and_refused_in_one_error():
+    good, bad = tone(1.0), np.zeros(100, np.float32)
+    clips = [evaluate.Clip(f"c{i}", "x", wav, 16000, "g") for i, wav in enumerate([good, bad, good, bad])]
+    assert [p.name for p in audio.check_clips(clips, "WER", "candidate")] == ["clip c1 (candidate)",
+                                                                             "clip c3 (candidate)"]
+    found = audio.check_clips(clips, None)
+    assert [p.format() for p in found] == ["clip c1 is silent (peak 0, limit 0.001)",
+                                           "clip c3 is silent (peak 0, limit 0.001)"]
+    assert audio.refuse([]) is None and audio.require(good, 16000, "WER") is None
+    with pytest.raises(audio.BadAudio) as err:
+        audio.refuse(found)
+    assert str(err.value) == ("refused: bad audio: clip c1 is silent (peak 0, limit 0.001); clip c3 is silent (peak 0, "
+                              "limit 0.001)") and err.value.problems == tuple(found)
+    with pytest.raises(audio.BadAudio) as err:
+        audio.refuse(found * 4)
+    assert str(err.value).endswith("; clip c1 is silent (peak 0, limit 0.001); and 3 more")
+    with pytest.raises(audio.BadAudio) as err:
+        audio.require(tone(0.02), 16000, "WER", "clip w")
+    assert str(err.value) == ("refused: bad audio: clip w is too short for the WER judge (320 samples at 16 kHz, "
+                              "limit 400: Whisper's STFT window)")
+    with pytest.raises(audio.BadAudio, match=r"^refused: bad audio: the clip is too short for the SIM judge"):
+        audio.require(tone(1.0), 16000, "SIM")
+
+
+@pytest.mark.parametrize("samples, found", [
+    (1334, None), (8333, None),  # 9 words at 2.7 words/s: 3.33 s expected, 1.33 s to 8.33 s allowed
+    (1333, "the clip is of implausible duration for 9 words (1.33 s, limit 1.33-8.33 s)"),
+    (8334, "the clip is of implausible duration for 9 words (8.33 s, limit 1.33-8.33 s)"),
+])
+def test_a_duration_is_plausible_within_its_factor_of_the_words_at_the_default_rate(samples, found):
+    problem = audio.check_duration(np.zeros(samples, np.float32), 1000, TestCheckAudio.TEXT)
+    assert (problem and problem.format()) == found
+
+
+def test_a_duration_is_judged_at_the_rate_and_factor_given_its_ends_included():
+    def check(samples):
+        return audio.check_duration(np.zeros(samples, np.float32), 1000, "two words", words_per_second=2.0,
+                                    duration_factor=2.0, name="clip d")
+
+    assert check(500) is None and check(2000) is None  # 1 s expected: 0.5 s to 2 s
+    assert check(499).format() == "clip d is of implausible duration for 2 words (0.50 s, limit 0.50-2.00 s)"
+    assert check(2001) is not None and check(2001).measured == "2.00 s"

@@ -204,3 +204,151 @@ def test_a_folder_of_one_list_per_language_reads_as_one_set_with_the_judges_floo
     own = tmp_path / "en"
     seed_tts(own, ["d1|A prompt.|prompt-wavs/d.wav|Deeper."], {"d.wav": (voice(2.0), 16000)}, folder="de")
     assert [i.id for i in sets.read_set(own).items] == ["u1", "u2"]
+
+
+# --- each reader on its own: formats, fields and every message whole ------------------------------------------------
+
+@pytest.mark.parametrize("text, found", [
+    ("\n  \nu1|p|a.wav|t\n", "seed-tts"),
+    ("a\tb\tc\td\te\tf|g\n", "seed-tts"),  # a '|' decides, whatever the tabs
+    ("\na\tb\tc\td\te\tf\n", "librispeech-pc"),
+    ("a\tb\tc\td\te\tf\nnot a line of either\n", "librispeech-pc"),  # the first line with text decides
+])
+def test_the_format_is_told_by_the_first_line_with_text(tmp_path, text, found):
+    path = tmp_path / "list.lst"
+    path.write_text(text, encoding="utf-8")
+    assert sets.detect_format(path) == found
+
+
+def test_a_list_of_neither_format_or_no_line_is_refused_with_the_line_it_read(tmp_path):
+    path = tmp_path / "list.lst"
+    line = "a\tb\tc\td\te\t" + "x" * 100  # five tabs: six fields, one too many for neither
+    path.write_text(f"\n{line}\tg\n", encoding="utf-8")
+    with pytest.raises(sets.SetError) as err:
+        sets.detect_format(path)
+    assert err.value.problems == [f"{path}:1: neither a Seed-TTS-eval line (utt|prompt text|prompt wav|target text) "
+                                  f"nor a LibriSpeech-PC line (six tab-separated fields): {(line + chr(9) + 'g')[:80]!r}"]
+    path.write_text(" \n\n", encoding="utf-8")
+    with pytest.raises(sets.SetError) as err:
+        sets.detect_format(path)
+    assert err.value.problems == [f"{path}: no item (an empty list)"]
+    assert str(err.value) == (f"evaluation set {path}: 1 problem(s); fix the list or its files (no item is dropped):\n"
+                              f"  {path}: no item (an empty list)")
+
+
+def test_a_set_error_shows_twenty_problems_and_counts_the_rest():
+    err = sets.SetError("s.lst", [f"p{i}" for i in range(23)])
+    lines = str(err).splitlines()
+    assert lines[0] == "evaluation set s.lst: 23 problem(s); fix the list or its files (no item is dropped):"
+    assert lines[1:] == [f"  p{i}" for i in range(20)] + ["  ... and 3 more"] and len(err.problems) == 23
+    assert "more" not in str(sets.SetError("s.lst", [f"p{i}" for i in range(20)]))
+
+
+def test_seed_tts_fields_are_stripped_and_a_fifth_names_the_ground_truth(tmp_path):
+    folder = tmp_path / "ZH"
+    folder.mkdir()
+    path = folder / "meta.lst"
+    path.write_text(" u1 | A prompt. | wavs/a.wav | To say. | truth/a.wav\nu2|P.|wavs/b.wav|T.| \n\n"
+                    "u3|P.|wavs/c.wav|T.|x|y\nu4|P.\n", encoding="utf-8")
+    problems = []
+    first, second = sets._seed_tts(path, None, problems)
+    assert first == sets.CloneItem("u1", folder / "wavs/a.wav", "A prompt.", "To say.", "zh", f"{path}:1",
+                                   folder / "truth/a.wav")
+    assert second.target_wav is None and second.where == f"{path}:2"
+    assert problems == [
+        f"{path}:4: 6 fields, expected 4 (utt|prompt text|prompt wav|target text) or 5 (and the ground-truth wav)",
+        f"{path}:5: 2 fields, expected 4 (utt|prompt text|prompt wav|target text) or 5 (and the ground-truth wav)"]
+    assert {i.language for i in sets._seed_tts(path, "ja", [])} == {"ja"}
+
+
+def test_a_seed_tts_list_outside_a_language_folder_says_which_folders_name_one(tmp_path):
+    path = tmp_path / "mine" / "meta.lst"
+    path.parent.mkdir()
+    path.write_text("u1|P.|a.wav|T.\n", encoding="utf-8")
+    problems = []
+    (item,) = sets._seed_tts(path, None, problems)
+    assert item.language == "?"
+    assert problems == [f"{path}: the language is not known from the folder 'mine' (Seed-TTS-eval keeps each "
+                        f"language's list in its folder: en, zh, ja, ko, de, fr, es, it, pt, ru): put the list in a "
+                        f"folder named after its language (<set>/en/meta.lst)"]
+
+
+def test_librispeechs_tree_is_the_first_beside_the_list_holding_the_speaker_or_named_whole(tmp_path):
+    path = tmp_path / "list.lst"
+    for tree in ("test-clean", "LibriSpeech/test-clean"):
+        (tmp_path / tree / "1089").mkdir(parents=True)
+    assert sets.librispeech_root(path, "1089-134686-0000") == tmp_path / "LibriSpeech" / "test-clean"
+    assert sets.librispeech_root(path, "1089") == tmp_path / "LibriSpeech" / "test-clean"
+    (tmp_path / "121").mkdir()
+    assert sets.librispeech_root(path, "121-121726-0005") == tmp_path
+    looked = f"{tmp_path / 'LibriSpeech' / 'test-clean'}, {tmp_path / 'test-clean'}, {tmp_path}"
+    for first, speaker in (("2300-131720-0000", "2300"), (None, "")):
+        with pytest.raises(sets.SetError) as err:
+            sets.librispeech_root(path, first)
+        assert err.value.problems == [f"{path}: LibriSpeech's test-clean tree is not beside the list (looked for the "
+                                      f"speaker folder {speaker!r} in {looked}): put it, or a link to it, at "
+                                      f"{tmp_path / 'LibriSpeech' / 'test-clean'}"]
+
+
+def test_librispeech_pc_rows_are_read_with_their_tree_and_bad_rows_named(tmp_path):
+    path = tmp_path / "list.lst"
+    path.write_text("bad\trow\n\n" + "\t".join(ROWS[0]) + "\n" + "\t".join(["1089-134686", *ROWS[1][1:]]) + "\n"
+                    + "\t".join(f" {f} " for f in ROWS[1]) + "\n", encoding="utf-8")
+    problems = []
+    items = sets._librispeech_pc(path, tmp_path / "root", problems)
+    assert items == [
+        sets.CloneItem("1089-134686-0001", tmp_path / "root/1089/134686/1089-134686-0000.flac", ROWS[0][2], ROWS[0][5],
+                       "en", f"{path}:3"),
+        sets.CloneItem("121-121726-0007", tmp_path / "root/121/121726/121-121726-0005.flac", ROWS[1][2], ROWS[1][5],
+                       "en", f"{path}:5")]
+    assert problems == [f"{path}:1: 2 tab-separated fields, expected 6 (prompt utt, prompt seconds, prompt text, "
+                        f"target utt, target seconds, target text)",
+                        f"{path}:4: prompt utterance '1089-134686' is not LibriSpeech's SPEAKER-CHAPTER-NUMBER"]
+    (tmp_path / "test-clean" / "1089").mkdir(parents=True)  # found by the first six-field row's speaker
+    assert sets._librispeech_pc(path, None, [])[0].prompt_wav == tmp_path / "test-clean/1089/134686/1089-134686-0000.flac"
+
+
+def test_a_list_that_is_not_there_or_of_no_known_format_or_only_blank_is_refused(tmp_path):
+    with pytest.raises(sets.SetError) as err:
+        sets.read_set(tmp_path)
+    assert err.value.problems == [f"{tmp_path / 'meta.lst'}: no such list (a Seed-TTS-eval meta.lst, or a "
+                                  f"LibriSpeech-PC .lst)"]
+    path = seed_tts(tmp_path, ["", " "])
+    with pytest.raises(ValueError) as err:
+        sets.read_set(path, format="csv")
+    assert str(err.value) == "unknown set format 'csv': one of ('seed-tts', 'librispeech-pc')"
+    with pytest.raises(sets.SetError) as err:
+        sets.read_set(path, format="seed-tts")
+    assert err.value.problems == [f"{path}: no item (only blank lines)"]
+
+
+def test_an_item_with_no_id_and_a_prompt_that_is_not_audio_are_named(tmp_path):
+    path = seed_tts(tmp_path, ["|A prompt.|prompt-wavs/a.wav|Say.", "u2|P.|prompt-wavs/b.wav|Say."], good_wavs())
+    (path.parent / "prompt-wavs" / "b.wav").write_bytes(b"RIFF")
+    with pytest.raises(sets.SetError) as err:
+        sets.read_set(path)
+    first, second = err.value.problems
+    assert first == f"{path}:1: empty id"
+    assert second.startswith(f"{path}:2: prompt wav {path.parent / 'prompt-wavs' / 'b.wav'} is not audio soundfile "
+                             f"can read (") and second.endswith(")")
+
+
+def test_a_prompt_at_the_sim_floor_is_read_and_one_sample_under_is_named(tmp_path):
+    path = seed_tts(tmp_path, GOOD[:1], {"a.wav": (voice(2.0)[:19200], 16000)})
+    assert len(sets.read_set(path).items) == 1
+    (path.parent / "prompt-wavs" / "a.wav").unlink()
+    sf.write(path.parent / "prompt-wavs" / "a.wav", voice(2.0)[:19199], 16000)
+    with pytest.raises(sets.SetError) as err:
+        sets.read_set(path)
+    assert err.value.problems == [f"{path}:1: prompt wav {path.parent / 'prompt-wavs' / 'a.wav'} is too short for "
+                                  f"the SIM judge (19199 samples at 16 kHz (1.20 s), limit 19200: the SIM judge's "
+                                  f"floor)"]
+
+
+def test_an_id_in_two_lists_of_a_set_folder_is_a_duplicate(tmp_path):
+    seed_tts(tmp_path, GOOD, good_wavs(), folder="en")
+    zh = seed_tts(tmp_path, ["u2|一个提示。|prompt-wavs/c.wav|要说的句子。"], {"c.wav": (voice(2.0), 16000)}, folder="zh")
+    with pytest.raises(sets.SetError) as err:
+        sets.read_set(tmp_path)
+    assert err.value.problems == [f"{zh}:1: duplicate id 'u2' (first at {tmp_path / 'en' / 'meta.lst'}:2)"]
+    assert str(err.value).startswith(f"evaluation set {tmp_path}: 1 problem(s)")

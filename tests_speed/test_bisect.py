@@ -426,3 +426,129 @@ def test_an_instruction_counts_floor_is_the_largest_stored_margin_of_its_point(t
     assert bisect.floor_of("instructions", "p", "lossless") == 0.001
     stored.write_text("[]")
     assert bisect.floor_of("instructions", "p", "lossless") == 0.001
+
+
+def commits_with(tmp_path, rows: list) -> tuple:
+    """A git repository of one commit per (count, message) row (count.txt = count); returns (repo, [sha, ...])."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "t@example.com")
+    git(repo, "config", "user.name", "t")
+    shas = []
+    for count, message in rows:
+        (repo / "count.txt").write_text(str(count))
+        git(repo, "add", "count.txt")
+        git(repo, "commit", "-q", "--allow-empty", "--allow-empty-message", "-m", message)
+        shas.append(git(repo, "rev-parse", "HEAD"))
+    return repo, shas
+
+
+class Clock:
+    """time.perf_counter for bisect: it moves only while a commit is counted, by `seconds` a count."""
+
+    def __init__(self, seconds: float):
+        self.now, self.seconds = 0.0, seconds
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def counter(self, *args):
+        self.now += self.seconds
+        return reads_the_file(*args)
+
+
+def test_each_probe_keeps_its_whole_subject_and_its_seconds_to_a_tenth(tmp_path, monkeypatch):
+    """The log line shows a subject's first 60 characters, the probe keeps it whole (a commit without a message: an
+    empty subject) and the seconds its count took, to a tenth; the result says how many commits were counted in how
+    many seconds, and its lines are those of the module's format, to the character."""
+    long = "Unmask every position of the sentence in one pass, then refine the low-confidence ones"  # 86 characters
+    repo, shas = commits_with(tmp_path, [(100, long), (100, "commit 1"), (120, "")])
+    clock = Clock(2.26)
+    monkeypatch.setattr(bisect, "time", clock)
+    lines = []
+    result = bisect.bisect(repo, shas[0], shas[2], "auto-short-2", log=lines.append, counter=clock.counter)
+    assert [(p.subject, p.seconds) for p in result.probes] == [(long, 2.3), ("", 2.3), ("commit 1", 2.3)]
+    assert lines[0] == f"[bisect] counting auto-short-2/lossless (structure) at {shas[0][:12]} {long[:60]} " \
+                       "(1 counted so far)"
+    assert lines[2] == f"[bisect] counting auto-short-2/lossless (structure) at {shas[2][:12]}  (2 counted so far)"
+    text = bisect.format_result(result, "GOOD", "BAD")
+    assert text.splitlines() == [
+        "bisect GOOD..BAD, point auto-short-2 (structure: operator calls; a step is any change either way between "
+        "neighbouring counted commits; halving)",
+        f"  {shas[0][:12]}    same             100  (+0.000%)  {long[:70]}",
+        f"  {shas[2][:12]}    more             120 (+20.000%)  ",
+        f"  {shas[1][:12]}    same             100  (+0.000%)  commit 1",
+        f"step: {shas[2]} ",
+        f"  counts: 100 at {shas[1][:12]} -> 120 at {shas[2][:12]} (+20.000%, more work)",
+        "3 commits counted, 7 s"], text
+
+
+def test_halving_probes_the_middle_and_the_nearest_earlier_commit_when_the_middle_is_skipped(tmp_path):
+    """Halving counts the middle commit of a segment ((lo + hi) // 2); when that one cannot be counted, the nearest
+    commit not counted yet, the earlier of two as near. A step with a skipped commit before it lies in one of the
+    two: both are named, and the exit status says it is not one commit."""
+    repo, shas = history(tmp_path, [100, 100, 100, 100, 120, 120, 120, 120, 120])
+    result = run(repo, shas)
+    assert [p.commit for p in result.probes] == [shas[i] for i in (0, 8, 4, 2, 3)]
+    assert [s.after.commit for s in result.steps] == [shas[4]] and result.steps[0].named
+    (tmp_path / "s").mkdir()
+    repo, shas = history(tmp_path / "s", [100, 100, 100, 100, None, 120, 120, 120, 120])
+    result = run(repo, shas)
+    assert [p.commit for p in result.probes] == [shas[i] for i in (0, 8, 4, 3, 5)]
+    [step] = result.steps
+    assert (step.before.commit, step.after.commit, step.drift) == (shas[3], shas[5], False)
+    assert [p.commit for p in step.candidates] == [shas[4], shas[5]] and not step.named
+    assert [p.commit for p in result.candidates] == [shas[4], shas[5]] and result.first_bad.commit == shas[5]
+    text = bisect.format_result(result, "A", "B")
+    assert (f"a step among skipped commits: 100 at {shas[3][:12]} -> 120 at {shas[5][:12]} (+20.000%, more work); "
+            f"it lies in one of these: {shas[4][:12]} (skipped), {shas[5][:12]} (more)") in text.splitlines(), text
+
+
+@pytest.mark.parametrize("counts, verdicts, steps", [
+    pytest.param([100, 125], ["same", "same"], [], id="exactly at the floor above: not a step"),
+    pytest.param([100, 126], ["same", "more"], [1], id="past the floor above"),
+    pytest.param([100, 75], ["same", "same"], [], id="exactly at the floor below: not a step"),
+    pytest.param([100, 74], ["same", "less"], [1], id="past the floor below"),
+])
+def test_a_step_is_a_count_past_the_floor_not_at_it(tmp_path, monkeypatch, counts, verdicts, steps):
+    """With a stored margin of 25% (exact in binary), a count of exactly 125 or 75 against 100 is within the floor
+    ("same"); one call further is a step, "more" or "less"."""
+    (tmp_path / "baselines").mkdir()
+    (tmp_path / "baselines" / "instructions.json").write_text(json.dumps(
+        {"keys": {"a": {"counts": {"auto-short-2/lossless": {"margin": 0.25}}}}}))
+    monkeypatch.setattr(bisect, "REPO_ROOT", tmp_path)
+    repo, shas = history(tmp_path, counts)
+    result = run(repo, shas, signal="instructions")
+    assert result.floor == 0.25 and [p.verdict for p in result.probes] == verdicts
+    assert [s.after.commit for s in result.steps] == [shas[k] for k in steps]
+    assert "a step is more than 25.00% either way" in bisect.format_result(result, "A", "B")
+
+
+def test_the_command_line_counts_the_point_signal_and_variant_it_is_given(tmp_path, monkeypatch, capsys):
+    """Each commit is counted at the --point, --signal and --variant given, by the --count-with method; --every
+    counts every commit; the log goes to stderr, the result to stdout. A bad range is an error naming the fix, exit 2."""
+    monkeypatch.setattr(bisect, "REPO_ROOT", tmp_path)  # no stored margins: the instruction floor is 0.1%
+    repo, shas = history(tmp_path, [1_000_000, 1_000_000, 1_002_000])
+    asked = []
+
+    def count_at(repo_, commit, signal, point, variant, work, **kw):
+        asked.append((commit, signal, point, variant, kw))
+        return reads_the_file(repo_, commit, signal, point, variant, work)
+
+    monkeypatch.setattr(bisect, "count_at", count_at)
+    assert bisect.main([shas[0], shas[2], "--point", "auto-short-10", "--signal", "instructions", "--variant",
+                        "stock", "--repo", str(repo), "--count-with", "this", "--every"]) == 1
+    assert asked == [(sha, "instructions", "auto-short-10", "stock", {"count_with": "this"})
+                     for sha in (shas[0], shas[2], shas[1])]
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0] == (f"bisect {shas[0]}..{shas[2]}, point auto-short-10 (instructions: instructions; a "
+                                   "step is more than 0.10% either way between neighbouring counted commits; every "
+                                   "commit counted)"), out
+    assert f"step: {shas[2]} commit 2" in out.splitlines()
+    assert err.splitlines()[:2] == [
+        f"[bisect] counting auto-short-10/stock (instructions) at {shas[0][:12]} commit 0 (1 counted so far)",
+        f"[bisect]   {shas[0][:12]}: 1,000,000 (same)"], err
+    assert bisect.main([shas[2], shas[0], "--point", "auto-short-10", "--repo", str(repo)]) == 2
+    assert capsys.readouterr() == ("", f"error: {shas[2]} is not an ancestor of {shas[0]}: give GOOD before BAD on "
+                                       "one line of history\n")

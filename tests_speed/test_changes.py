@@ -629,3 +629,204 @@ def test_a_history_is_statistical_when_a_point_it_judges_has_noise():
     later = SimpleNamespace(nights=[SimpleNamespace(points={"a": {"metric": "rtf"}}),
                                     SimpleNamespace(points={"b": {"metric": "underrun"}})], point_names=["a", "b"])
     assert unjudged(later) == ["b"]  # a night that lacks the point is passed over
+
+
+# --- the rule at its boundaries, on series whose answer is worked out by hand -------------------------------------
+# Five identical nights: level 0, no spread, so the noise is MIN_SIGMA (0.002) and a night's z is its log median over
+# predictive(0.002, 5); the one-night threshold (points=1) is Student's t with 4 degrees of freedom at 0.01 / 3 / 2.
+
+FLAT = [0.0] * 5
+
+
+def test_a_clean_step_is_recorded_with_its_level_noise_and_size_and_closes_after_two_calm_nights():
+    """A 10% step on night 5 after five identical nights: a one-night alarm placed on its own night, against level
+    1.0 (exp 0) and the noise floor; it stays open while slow, and closes as recovered on the second night in a row
+    back within one sigma (z < 1) of the old level. The nights after keep the old level."""
+    from harness.nightly.changes import MIN_SIGMA, RECOVER_NIGHTS, predictive
+
+    assert (MIN_SIGMA, RECOVER_NIGHTS) == (0.002, 2)
+    step = math.log(1.10)
+    spread = predictive(0.002, 5)
+    assert step / spread > step_threshold(Rule().budget, 5)  # the step is past the one-night threshold
+    trace = scan(FLAT + [step, step, 0.0, 0.0, 0.0], rule=Rule(points=1))
+    [event] = trace.events
+    assert (event.kind, event.rule, event.began, event.alarmed, event.status, event.closed) == \
+        ("slower", "step", 5, 5, "recovered", 8), event
+    assert event.z == pytest.approx(step / spread, rel=1e-12) and event.level == 1.0
+    assert event.change == pytest.approx(0.10, rel=1e-12) and (event.detail, event.versions) == ([], [])
+    assert trace.status == ["learning"] * 5 + ["alarm", "open", "open", "ok", "ok"]
+    assert trace.level == [None] * 5 + [0.0] * 5 and trace.sigma == [None] * 5 + [0.002] * 5
+    assert trace.open == []
+    # a night 1.5 sigma above the old level is not calm: the count of calm nights starts again
+    trace = scan(FLAT + [step, 0.0, 1.5 * spread, 0.0, 0.0], rule=Rule(points=1))
+    assert [(e.status, e.closed) for e in trace.events] == [("recovered", 9)]
+    assert trace.status[5:] == ["alarm", "open", "open", "open", "ok"]
+    # exactly one sigma above (z = 1) is not calm either: calm is strictly within one sigma
+    trace = scan(FLAT + [step, 0.0, spread, 0.0, 0.0], rule=Rule(points=1))
+    assert [(e.status, e.closed) for e in trace.events] == [("recovered", 9)]
+    # one 0.9 sigma above is calm
+    trace = scan(FLAT + [step, 0.0, 0.9 * spread], rule=Rule(points=1))
+    assert [(e.status, e.closed) for e in trace.events] == [("recovered", 7)] and trace.status[5:] == \
+        ["alarm", "open", "ok"]
+    still = scan(FLAT + [step, step, step], rule=Rule(points=1))
+    assert still.open == still.events and still.status[5:] == ["alarm", "open", "open"]
+
+
+def test_a_night_exactly_at_a_floor_is_not_past_it():
+    """The floors are strict: a one-night step needs a median more than 5% above the level, a cumulative alarm an
+    excursion more than 2% above on average, a speedup an excursion more than 5% below (the same floor as a step,
+    not the drift floor). A night exactly at the one-night floor is caught by the CUSUM instead (its z is far past
+    h); one a hair above is a step."""
+    rule = Rule(points=1)
+    at_step, at_drift = math.log1p(0.05), math.log1p(0.02)
+    assert at_step / 0.002 > rule.h and at_drift / 0.002 > step_threshold(rule.budget, 5)  # both far past z
+
+    def events(tonight):
+        return [(e.kind, e.rule, e.began, e.alarmed) for e in scan(FLAT + [tonight], rule=rule).events]
+
+    assert events(at_step) == [("slower", "cusum", 5, 5)]
+    assert events(math.nextafter(at_step, 1.0)) == [("slower", "step", 5, 5)]
+    assert events(at_drift) == []
+    assert events(math.nextafter(at_drift, 1.0)) == [("slower", "cusum", 5, 5)]
+    assert events(-at_step) == [] and events(-math.log1p(0.04)) == []
+    assert events(math.nextafter(-at_step, -1.0)) == [("faster", "cusum", 5, 5)]
+    faster = scan(FLAT + [-0.06], rule=rule)
+    assert (faster.events[0].status, faster.events[0].closed, faster.status[-1], faster.open) == \
+        ("noted", 5, "ok", [])
+
+
+def test_with_one_learning_night_the_second_night_is_judged_against_it():
+    """min_nights=1: night 0 is learnt, night 1 judged against it (level 0, noise at its floor, one night's worth
+    of degrees of freedom): a 200% step alarms on night 1."""
+    from harness.nightly.changes import predictive
+
+    tonight = math.log(3.0)
+    trace = scan([0.0, tonight], rule=Rule(points=1, min_nights=1))
+    assert trace.status == ["learning", "alarm"] and trace.level == [None, 0.0] and trace.sigma == [None, 0.002]
+    [event] = trace.events
+    assert (event.kind, event.rule, event.began, event.alarmed, event.level) == ("slower", "step", 1, 1, 1.0)
+    assert event.z == pytest.approx(tonight / predictive(0.002, 1), rel=1e-12)
+    assert event.change == pytest.approx(2.0, rel=1e-12)
+
+
+def test_an_acceptance_after_five_nights_carries_their_noise_and_judges_the_next_night_at_once():
+    """Accepted on night 5 (a 10% step, whose own alarm is the accepted event) with five nights of reference: the
+    next night is judged against the accepted level (the one new night) with the noise carried from before (its five
+    nights' degrees of freedom): a further 6% fails it. A night accepted without an alarm (1% above) is kept as an
+    "accepted" event. Accepted on night 3, with three nights learnt, nothing is carried: the rule learns again from
+    the accepted night."""
+    from harness.nightly.changes import predictive
+
+    step = math.log(1.10)
+    trace = scan(FLAT + [step, step + 0.06], rule=Rule(points=1), accepted=frozenset({5}))
+    accepted, later = trace.events
+    assert (accepted.kind, accepted.rule, accepted.began, accepted.alarmed, accepted.status, accepted.closed) == \
+        ("slower", "step", 5, 5, "accepted", 5)
+    assert accepted.level == 1.0 and accepted.change == pytest.approx(0.10, rel=1e-12)
+    assert accepted.z == pytest.approx(step / predictive(0.002, 5), rel=1e-12)
+    assert (later.kind, later.rule, later.began, later.alarmed, later.status) == ("slower", "step", 6, 6, "open")
+    assert later.z == pytest.approx(0.06 / predictive(0.002, 1), rel=1e-9)
+    assert later.level == pytest.approx(1.10, rel=1e-12)
+    assert trace.status == ["learning"] * 5 + ["ok", "alarm"] and trace.level[5:] == [0.0, step]
+    assert trace.sigma[5:] == [0.002, 0.002]
+    calm = scan(FLAT + [step, step + 0.04], rule=Rule(points=1), accepted=frozenset({5}))
+    assert [e.rule for e in calm.events] == ["step"] and calm.status[-1] == "ok"
+    [quiet] = scan(FLAT + [0.01], rule=Rule(points=1), accepted=frozenset({5})).events
+    assert (quiet.kind, quiet.rule, quiet.began, quiet.alarmed, quiet.status, quiet.closed, quiet.level) == \
+        ("slower", "accepted", 5, 5, "accepted", 5, 1.0)
+    assert quiet.change == pytest.approx(math.expm1(0.01), rel=1e-12)
+    assert quiet.z == pytest.approx(0.01 / predictive(0.002, 5), rel=1e-12)
+    early = scan([0.0] * 3 + [step] * 6, rule=Rule(points=1), accepted=frozenset({3}))
+    assert early.status == ["learning"] * 3 + ["ok"] + ["learning"] * 4 + ["ok"]
+    assert [(e.rule, e.status, e.began) for e in early.events] == [("accepted", "accepted", 3)]
+
+
+def test_an_open_slowdown_accepted_on_a_later_night_restarts_the_reference_there():
+    """A 10% step alarms on night 5 and is accepted on night 7 (still open): it closes as accepted on night 7, the
+    accepted night is the new segment's level, its noise is carried from the five nights before the change, and the
+    next night is judged against it at once (a further 6% fails it; the same level is ok)."""
+    step = math.log(1.10)
+    trace = scan(FLAT + [step] * 4, rule=Rule(points=1), accepted={7: 7})
+    [event] = trace.events
+    assert (event.rule, event.began, event.alarmed, event.status, event.closed) == ("step", 5, 5, "accepted", 7)
+    assert trace.status == ["learning"] * 5 + ["alarm", "open", "ok", "ok"] and trace.open == []
+    assert trace.level[5:] == [0.0, 0.0, 0.0, step] and trace.sigma[5:] == [0.002] * 4
+    worse = scan(FLAT + [step] * 3 + [step + 0.06], rule=Rule(points=1), accepted={7: 7})
+    assert [(e.rule, e.began, e.alarmed, e.status) for e in worse.events] == [
+        ("step", 5, 5, "accepted"), ("step", 8, 8, "open")] and worse.status[-1] == "alarm"
+
+
+def test_a_change_accepted_on_the_first_night_takes_that_night_as_the_level_and_noise():
+    """Accepted on night 0, before anything was learnt: that night's value is the level and its within-night error
+    (never below the noise floor) the noise; the rule then learns the new segment (nothing carried from one night)."""
+    trace = scan([0.5, 0.5, 0.5], within=[0.01, 0.0, 0.0], rule=Rule(points=1), accepted=frozenset({0}))
+    assert (trace.level[0], trace.sigma[0], trace.status) == (0.5, 0.01, ["ok", "learning", "learning"])
+    [event] = trace.events
+    assert (event.rule, event.began, event.status, event.closed, event.z, event.change) == \
+        ("accepted", 0, "accepted", 0, 0.0, 0.0)
+    assert event.level == pytest.approx(math.exp(0.5), rel=1e-12)
+    assert scan([0.5, 0.5], within=[0.001, 0.0], rule=Rule(points=1), accepted=frozenset({0})).sigma[0] == 0.002
+    two = scan([0.5, 0.5, 0.5, 0.5], rule=Rule(points=1, min_nights=2), accepted=frozenset({0}))
+    assert two.status == ["ok", "learning", "ok", "ok"], two.status
+
+
+def test_the_mad_scale_takes_the_noise_from_the_median_deviation_and_its_lower_efficiency():
+    """scale "mad": the noise is 1.4826 x the median absolute deviation from the level, and the one-night threshold
+    has the degrees of freedom the MAD is worth (0.37 (n - 1)): a night 17.7 z above the level passes the standard
+    deviation's threshold (6.3 with 4 degrees of freedom) but not the MAD's (38.7 with 1.48), and is caught by the
+    CUSUM instead. With the standard deviation (efficiency 1), a night 5.5 z above is under the threshold of 4
+    degrees of freedom (it would pass that of 8), and is caught by the CUSUM too."""
+    from harness.nightly.changes import MAD_EFFICIENCY, MAD_SCALE, predictive
+
+    reference = [0.5 + d for d in (0.0, 0.01, -0.01, 0.01, -0.01)]  # level 0.5; MAD 0.01; SD 0.01
+    mad, sd = Rule(points=1, scale="mad"), Rule(points=1)
+    assert (MAD_SCALE, MAD_EFFICIENCY) == (1.482602218505602, 0.37)
+    by_mad = scan(reference + [0.8], rule=mad)
+    assert by_mad.sigma[5] == pytest.approx(MAD_SCALE * 0.01, rel=1e-9) and by_mad.level[5] == 0.5
+    z = 0.3 / predictive(MAD_SCALE * 0.01, 5)
+    assert step_threshold(sd.budget, 5) < z < step_threshold(mad.budget, 5, MAD_EFFICIENCY)
+    assert step_threshold(mad.budget, 5, MAD_EFFICIENCY) == pytest.approx(stats.t.isf(sd.budget, 0.37 * 4))
+    assert [(e.rule, e.began, e.alarmed) for e in by_mad.events] == [("cusum", 5, 5)]
+    assert by_mad.events[0].z == pytest.approx(z, rel=1e-9)
+    by_sd = scan(reference + [0.8], rule=sd)
+    assert by_sd.sigma[5] == pytest.approx(0.01, rel=1e-9) and [e.rule for e in by_sd.events] == ["step"]
+    spread = predictive(0.01, 5)
+    assert step_threshold(sd.budget, 9) < 5.5 < step_threshold(sd.budget, 5) and 5.5 * spread > math.log1p(0.05)
+    assert [e.rule for e in scan(reference + [0.5 + 5.5 * spread], rule=sd).events] == ["cusum"]
+
+
+def test_the_cusums_start_from_zero_again_after_a_recovery():
+    """Five nights -d, d, -d, d, 0 (level 0, noise d); a 20% step on night 5 alarms, nights 6 and 7 at the old level
+    recover it. Night 8 is judged against nights 0-4 and 7 (level 0, noise sqrt(4d^2/5), n = 6: the step needs z above
+    t(5) at the budget, 5.25) at z = 4.8: the up CUSUM starts again from 0, so it reaches 4.8 - k = 4.3, under h = 4.56
+    (from 1 it would pass h)."""
+    d = 0.01
+    sigma = math.sqrt(4 * d * d / 5)
+    night8 = 4.8 * sigma * math.sqrt(1 + math.pi / 2 / 6)
+    rule = Rule()
+    assert 4.3 < rule.h < 5.3 and 4.8 < step_threshold(rule.budget, 6)
+    trace = scan([-d, d, -d, d, 0.0, 0.2, 0.0, 0.0, night8], rule=rule)
+    assert trace.status == ["learning"] * 5 + ["alarm", "open", "ok", "ok"]
+    assert [(e.kind, e.rule, e.began, e.alarmed, e.status, e.closed) for e in trace.events] == [
+        ("slower", "step", 5, 5, "recovered", 7)]
+    assert trace.level[8] == 0.0 and trace.sigma[8] == pytest.approx(sigma)
+
+
+@pytest.mark.parametrize("accepted_level", [0.0, 0.2])
+def test_the_cusums_start_from_zero_again_at_an_accepted_night(accepted_level):
+    """An acceptance on night 5 (with no alarm at the old level, or with the 20% step's own alarm) restarts the
+    segment there: nights 5-9 at L, L, L, L + e, L + e carry the old noise d (only the step judges: e is under its 5%
+    floor), then night 10 has the segment's own noise (level L, sd sqrt(0.3) e over 5 nights: t(4) at the budget is
+    6.25) and z = 4.8. The up CUSUM, idle while the noise was carried, starts from 0 there: 4.3 under h = 4.56, no
+    alarm (from 1 it would pass h, over the 2% drift floor)."""
+    d, e, level = 0.01, 0.03, accepted_level
+    sigma = math.sqrt(0.3) * e
+    x = [-d, d, -d, d, 0.0] + [level + v for v in (0.0, 0.0, 0.0, e, e)]
+    x.append(level + 4.8 * sigma * math.sqrt(1 + math.pi / 2 / 5))
+    trace = scan(x, accepted={5})
+    assert trace.status == ["learning"] * 5 + ["ok"] * 6
+    kind = "step" if level else "accepted"
+    assert [(ev.kind, ev.rule, ev.began, ev.alarmed, ev.status, ev.closed) for ev in trace.events] == [
+        ("slower", kind, 5, 5, "accepted", 5)]
+    assert trace.level[10] == pytest.approx(level) and trace.sigma[10] == pytest.approx(sigma)
+    assert [trace.sigma[t] for t in range(6, 10)] == [pytest.approx(d)] * 4

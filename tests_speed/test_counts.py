@@ -588,3 +588,170 @@ def test_one_run_missing_a_figure_is_not_judged_when_not_strict_and_one_within_p
                                True) == 0
     assert capsys.readouterr().out == ("summary: passed: 1 figure(s) within their margins, 0 more work, 0 less work, "
                                        "0 not stored\n")
+
+
+@pytest.mark.parametrize("machine, kind", [
+    ({"isa": {"capability": "AVX2", "extensions": [], "limits": {}}, "cpu_model": "AMD EPYC 7B13", "usable_cpus": 2,
+      "torch_threads": 2}, "cpu-amd-epyc-7b13-avx2-2c-2t"),
+    ({"device": "cuda:0", "gpu_name": "NVIDIA H100"}, "cuda-nvidia-h100"),
+    ({"device": "cuda:0", "cpu_model": "AMD EPYC 7B13"}, "amd-epyc-7b13"),  # ValueError: no GPU name
+    ({"cpu_model": "AMD EPYC 7B13", "isa": {"capability": "AVX2"}}, "amd-epyc-7b13"),  # KeyError: no extensions
+    ({"cpu_model": "AMD EPYC 7B13", "isa": 5}, "amd-epyc-7b13"),  # TypeError
+], ids=["full", "gpu", "no-gpu-name", "no-extensions", "isa-not-a-dict"])
+def test_a_runs_kind_is_its_hardware_key_or_else_its_processors_name(machine, kind):
+    assert instructions.machine_kind(machine) == kind
+
+
+@pytest.mark.parametrize("value, count, whole, ratio, margin", [
+    (1, True, True, True, False),
+    (1000, True, True, True, False),
+    (1000.0, False, True, True, False),
+    (0, False, False, False, False),
+    (-3, False, False, False, False),
+    (True, False, False, False, False),
+    ("5", False, False, False, False),
+    (None, False, False, False, False),
+    (0.5, False, False, True, True),
+    (0.999, False, False, True, True),
+    (1e-9, False, False, True, True),
+    (1.5, False, False, True, False),
+    (-0.5, False, False, False, False),
+    (float("inf"), False, False, False, False),
+    (float("nan"), False, False, False, False),
+])
+def test_counts_ratios_and_margins_are_told_apart(value, count, whole, ratio, margin):
+    """A stored count: a positive int; a count read from a run: a positive whole number (a history's 1000.0); a
+    ratio: a positive finite number; a margin: a ratio below 1."""
+    assert (instructions.is_count(value), instructions.is_whole(value), instructions.is_ratio(value),
+            instructions.is_margin(value)) == (count, whole, ratio, margin)
+
+
+def stored_fix(where: str) -> str:
+    return (f"restore {where} from git (`git checkout -- {where}`), or record the figure again "
+            f"(`fastpath-suite counts instructions --record {where} --from RUN ...`, docs/nightly.md)")
+
+
+GOOD_KEYS = {KEY: {"counts": {"a/stock": {"count": 1000, "margin": 0.01}}, "ratios": {"a": {"ratio": 0.9,
+                                                                                             "margin": 0.01}}}}
+CURRENT = {"format": instructions.FORMAT, "format_version": instructions.FORMAT_VERSION}
+
+
+@pytest.mark.parametrize("stored, says", [
+    ([], 'W is not a file of stored counts (no "format": "fastpath-instructions"): {fix}'),
+    ({"format": "other", "keys": {}}, 'W is not a file of stored counts (no "format": "fastpath-instructions"): {fix}'),
+    ({"floor": 0.01, "keys": {}}, "W is in the older format (one floor for every count, no margins): record runs into "
+                                  "it with `fastpath-suite counts instructions --record W --from RUN ...`, which "
+                                  "converts it (docs/nightly.md)"),
+    ({"format": instructions.FORMAT, "format_version": 1, "keys": GOOD_KEYS},
+     "W has format_version 1, this suite reads 2: {fix}"),
+    ({"format": instructions.FORMAT, "keys": GOOD_KEYS}, "W has format_version None, this suite reads 2: {fix}"),
+    (CURRENT | {"keys": []}, 'W has no "keys": {fix}'),
+    (CURRENT | {"keys": {KEY: []}}, f'W: {KEY} lacks its "counts" or its "ratios": {{fix}}'),
+    (CURRENT | {"keys": {KEY: {"counts": {}}}}, f'W: {KEY} lacks its "counts" or its "ratios": {{fix}}'),
+    (CURRENT | {"keys": {KEY: {"ratios": {}, "counts": []}}}, f'W: {KEY} lacks its "counts" or its "ratios": {{fix}}'),
+    (CURRENT | {"keys": {KEY: GOOD_KEYS[KEY] | {"ratios": {"a": {"ratio": 0, "margin": 0.01}}}}},
+     f"W: {KEY}: the stored ratio of a is 0, not a positive number: {{fix}}"),
+    (CURRENT | {"keys": {KEY: GOOD_KEYS[KEY] | {"ratios": {"a": 0.9}}}},
+     f"W: {KEY}: the stored ratio of a is 0.9, not a positive number: {{fix}}"),
+    (CURRENT | {"keys": {KEY: GOOD_KEYS[KEY] | {"counts": {"a/stock": 1000}}}},
+     f"W: {KEY}: the stored count of a/stock is 1000, not a positive whole number: {{fix}}"),
+    (CURRENT | {"keys": {KEY: GOOD_KEYS[KEY] | {"ratios": {"a": {"ratio": 0.9, "margin": 1}}}}},
+     f"W: {KEY}: a has margin 1, not a share between 0 and 1: {{fix}}"),
+], ids=["not-a-dict", "another-format", "older-format", "another-version", "no-version", "no-keys", "key-not-a-dict",
+        "no-ratios", "counts-not-a-dict", "ratio-zero", "ratio-bare", "count-bare", "margin-one"])
+def test_stored_counts_that_cannot_be_used_are_named_with_their_fix(stored, says):
+    with pytest.raises(instructions.InstructionsError) as err:
+        instructions.check_stored(stored, "W")
+    assert str(err.value) == says.format(fix=stored_fix("W"))
+
+
+def test_usable_stored_counts_are_returned_as_they_are():
+    stored = CURRENT | {"keys": GOOD_KEYS}
+    assert instructions.check_stored(stored, "W") is stored
+    assert instructions.check_stored(CURRENT | {"keys": {}}, "W") == CURRENT | {"keys": {}}
+
+
+def test_record_replaces_an_unusable_figure_of_a_current_file_and_refuses_a_file_it_cannot_read(tmp_path):
+    """A file in today's format is recorded into as it is: a figure whose stored margin cannot be used is replaced
+    (with the fallback margin, no stored figure before it). A file in another format or version, or not JSON, is
+    refused naming the fix, and left as it was."""
+    path = stored_counts(tmp_path / "stored.json", {KEY: ({"a/stock": (1000, 5)}, {})})  # margin 5: not a share
+    figures = instructions.record([run_of("one", 1000, 500, "r1")], path)
+    assert figures["counts"]["a/stock"]["stored_before"] is None
+    entry = instructions.load_stored(path)["keys"][KEY]["counts"]["a/stock"]
+    assert (entry["count"], entry["margin"]) == (1000, instructions.FALLBACK_MARGIN)
+    for data, says in (({"format": instructions.FORMAT, "format_version": 1, "keys": {}},
+                        f"{path} has format_version 1, this suite reads 2: {stored_fix(str(path))}"),
+                       ({"format": "other", "format_version": 2, "keys": {}},
+                        f'{path} is not a file of stored counts (no "format": "fastpath-instructions"): '
+                        f'{stored_fix(str(path))}')):
+        path.write_text(json.dumps(data))
+        with pytest.raises(instructions.InstructionsError) as err:
+            instructions.record([run_of("one", 1000, 500, "r1")], path)
+        assert str(err.value) == says
+        assert json.loads(path.read_text()) == data
+    path.write_text("{")
+    with pytest.raises(instructions.InstructionsError, match=rf"^{path} is not readable JSON \(.*\): restore it from "
+                                                             rf"git \(`git checkout -- {path}`\)$"):
+        instructions.record([run_of("one", 1000, 500, "r1")], path)
+
+
+def test_record_converts_a_file_of_the_older_format_keeping_its_floor_as_each_counts_margin(tmp_path):
+    path = tmp_path / "stored.json"
+    old_key = KEY.replace("3.19.0-", "3.19.0-amd-")
+    path.write_text(json.dumps({"floor": 0.02, "keys": {old_key: {"a/stock": 1000, "b/stock": 70}}}))
+    figures = instructions.record([run_of("one", 1015, 500, "r1")], path)  # 1.5% up: within the old 2% floor
+    assert figures["counts"]["a/stock"]["stored_before"] == 1000 and figures["accepted_more_work"] == []
+    stored = instructions.load_stored(path)
+    assert stored["keys"][KEY]["counts"]["b/stock"] == {"count": 70, "margin": 0.02,
+                                                        "margin_from": {"older_format": True}}
+    assert stored["keys"][KEY]["counts"]["a/stock"]["margin"] == 0.02  # one run: the stored margin kept
+    path.write_text(json.dumps({"floor": 1, "keys": {old_key: {"a/stock": 1000}}}))
+    with pytest.raises(instructions.InstructionsError, match="^the stored counts are in the older format and lack a "
+                                                             "usable floor or keys: restore them from git"):
+        instructions.record([run_of("one", 1000, 500, "r1")], path)
+
+
+def test_a_history_of_counts_gives_each_night_as_a_run_and_a_broken_one_its_own_error(tmp_path):
+    from harness.nightly import history
+
+    measured = {"counts": {"a/stock": 1000}, "key": KEY, "machine": {"cpu_model": "Test CPU"}}
+    one, two, path = tmp_path / "one.json", tmp_path / "two.json", tmp_path / "history.json"
+    one.write_text(json.dumps(instructions.run_file(measured, "test")))
+    two.write_text(json.dumps(instructions.run_file(measured | {"counts": {"a/stock": 1001}}, "test")))
+    history.append(path, [one])
+    history.append(path, [two])
+    nights = history.load_history(path).nights
+    runs = instructions.load_runs([path])
+    assert [(run["key"], run["counts"], run["kind"], run["source"]) for run in runs] == [
+        (KEY, {"a/stock": 1000}, "test", f"{path} (night {nights[0].id})"),
+        (KEY, {"a/stock": 1001}, "test", f"{path} (night {nights[1].id})")]
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps(data | {"format_version": 99}))
+    with pytest.raises(history.HistoryError) as expected:
+        history.load_history(path)
+    with pytest.raises(instructions.InstructionsError) as err:
+        instructions.load_runs([path])
+    assert str(err.value) == str(expected.value) and str(err.value).startswith(f"{path} has format_version 99")
+
+
+def test_a_run_without_a_machine_is_of_the_unknown_kind_and_a_results_file_without_figures_is_refused(tmp_path):
+    from harness.speed import baselines
+
+    run = write(tmp_path / "run.json", {"format": baselines.FORMAT, "device_key": KEY, "points": {
+        "a/stock": {"metric": "instructions", "samples": [5]}}})
+    assert instructions.load_runs([run]) == [{"key": KEY, "counts": {"a/stock": 5}, "machine": {}, "kind": "unknown",
+                                              "source": run}]
+    results = write(tmp_path / "results.json", {"format": "fastpath-results", "kind": "instructions"})
+    with pytest.raises(instructions.InstructionsError) as err:
+        instructions.load_runs([run, results])
+    assert str(err.value) == f"{results}: no device key or no counts; {LOAD_FIX}"
+
+
+def test_recording_into_a_file_of_another_kind_names_that_file(tmp_path):
+    """--record into an existing file that is not stored counts (no "format", no older "floor") is refused naming the
+    file it read, so the fix (`git checkout -- FILE`) points at it."""
+    path = tmp_path / "not-counts.json"
+    path.write_text(json.dumps({"something": "else"}))
+    with pytest.raises(instructions.InstructionsError, match=r"not-counts\.json is not a file of stored counts"):
+        instructions.record([run_of("one", 1000, 500, "r1")], path)

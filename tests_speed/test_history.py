@@ -548,3 +548,95 @@ def test_a_points_series_is_its_nights_and_their_log_medians_in_order():
     assert nights[0].median("p") == 2.0 and nights[2].median("p") == 7.0 and nights[1].median("p") is None
     measured, x = History(machine_key="m", nights=nights).series("p")
     assert measured == [nights[0], nights[2]] and x.tolist() == pytest.approx([np.log(2.0), np.log(7.0)])
+
+
+def test_a_night_keeps_what_its_run_recorded_through_the_file(tmp_path):
+    """The command, commit, date, sources, labels, versions and machine of a night are written and read back."""
+    run = run_file(tmp_path / "a.json", {"a": 0.4}, "2026-11-01T03:17:00+00:00", commit="ab" * 20)
+    history = tmp_path / "h.json"
+    _, added = append(history, [run], labels=["busy-core"])
+    [night] = load_history(history).nights
+    assert (night.id, night.command, night.commit, night.date) == (added.id, "test", "ab" * 20,
+                                                                    "2026-11-01T03:17:00+00:00")
+    assert (night.sources, night.labels) == ((str(run),), ("busy-core",))
+    assert night.versions == {"omnivoice": "0.2.1", "torch": "2.14.1"}  # the key's versions over the recorded "x"
+    assert night.machine["device_key"] == KEY and night.machine["cpu_model"] == "Test CPU"
+    assert night.points["a"]["metric"] == "rtf" and night.median("a") == pytest.approx(0.4)
+
+
+def test_accept_says_exactly_why_it_refuses_and_records_what_it_accepts(tmp_path, capsys):
+    """Each refusal names what is missing and where to look; an acceptance records the point, the night, the
+    reason and when (UTC, to the second), and the command line says what was accepted."""
+    import re
+    from datetime import datetime, timezone
+
+    history = nightly(tmp_path, STEADY + [1.10, 1.101, 1.099], other=0.5)
+    h = load_history(history)
+    began, quiet = h.nights[len(STEADY)], h.nights[3]
+    refusals = [
+        (("q", began.id, "why"), f"{history} has no point 'q'; its points are ['p', 'other']"),
+        (("p", "nope", "why"), f"{history} has no night 'nope'; `fastpath-suite nightly check {history}` lists each "
+                               "alarm with the night its change began"),
+        (("p", began.id, " "), "give the reason the slowdown is accepted (--reason): it is kept in the history"),
+        (("p", quiet.id, "why"), f"no slowdown of p began on night {quiet.id} (nor a changed mix of its exact "
+                                 f"counts), so there is nothing there to accept; its slowdowns began on: {began.id} "
+                                 f"(2026-11-13, open) (`fastpath-suite nightly check {history}` lists them)"),
+        (("other", began.id, "why"), f"no slowdown of other began on night {began.id} (nor a changed mix of its exact "
+                                     "counts), so there is nothing there to accept; the rule found no slowdown of it "
+                                     f"(`fastpath-suite nightly check {history}` lists them)"),
+    ]
+    for args, message in refusals:
+        with pytest.raises(HistoryError) as refused:
+            accept(history, *args)
+        assert str(refused.value) == message
+    assert load_history(history).accepted == []
+    before = datetime.now(timezone.utc).replace(microsecond=0)
+    assert main(["accept", str(history), "p", "--night", began.id, "--reason", "bigger model"]) == 0
+    assert capsys.readouterr().out == f"{history}: the slowdown of p that began on night {began.id} is accepted\n"
+    [entry] = load_history(history).accepted
+    assert set(entry) == {"point", "night", "reason", "date"}
+    assert (entry["point"], entry["night"], entry["reason"]) == ("p", began.id, "bigger model")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", entry["date"]), entry
+    when = datetime.fromisoformat(entry["date"].replace("Z", "+00:00"))
+    assert before <= when <= datetime.now(timezone.utc)
+
+
+def test_check_writes_each_open_slowdown_in_full_and_prints_its_bisect_line(tmp_path, capsys):
+    """alarms.json holds, per open slowdown, the history, point, metric, kind, the night it began (id, date,
+    commit), its size, the rule that fired, what changed and the versions that changed; the wall-time point's bisect
+    line names the counting command over the commits of the night before and the night it began."""
+    history = nightly(tmp_path, STEADY + [1.10, 1.101, 1.099], other=0.5)
+    out = tmp_path / "out"
+    capsys.readouterr()
+    assert main(["check", str(history), "--out", str(out)]) == 1
+    began = load_history(history).nights[len(STEADY)]
+    [alarm] = json.loads((out / "alarms.json").read_text())
+    assert alarm == {"history": str(history), "point": "p", "metric": "rtf", "kind": "slower", "began": began.id,
+                     "began_date": "2026-11-13T03:17:00+00:00", "commit": f"{13:040x}",
+                     "change": pytest.approx(0.10, rel=1e-9), "rule": "step", "detail": [], "versions": []}, alarm
+    lines = capsys.readouterr().out.splitlines()
+    assert f"written: {out / 'summary.md'}, {out / 'index.html'}, {out / 'alarms.json'}" in lines
+    assert lines[-1] == (f"bisect p: a wall-time point; count its work over the range with fastpath-suite nightly "
+                         f"bisect {12:040x} {13:040x} --point POINT --signal instructions (a counting point: "
+                         "fixtures/points.json 'counts')")
+
+
+def test_check_refuses_an_empty_history_and_more_statistical_histories_than_declared(tmp_path, capsys):
+    from harness.nightly.history import History
+
+    empty = tmp_path / "empty.json"
+    save_history(History(machine_key=MACHINE, nights=[]), empty)
+    assert main(["check", str(empty)]) == 2
+    assert capsys.readouterr().err == f"error: {empty} has no nights yet; append tonight's run first\n"
+    history = nightly(tmp_path, STEADY)
+    capsys.readouterr()
+    assert main(["check", *[str(history)] * 4]) == 2
+    listed = ", ".join([str(history)] * 4)
+    assert capsys.readouterr().err == (
+        f"error: 4 histories judged with noise in one call ({listed}) but the suite's alpha is split over the 3 the "
+        "suite declares (CPU wall time, CPU instructions, GPU wall time): that would spend more than the suite's "
+        "budget. Pass --statistical-histories N with N the number of statistical histories the whole suite keeps "
+        "(every runner's check the same N), or check fewer files.\n")
+    assert main(["check", str(history), str(history), "--statistical-histories", "1"]) == 2
+    assert "split over --statistical-histories 1: that would spend" in capsys.readouterr().err
+    assert main(["check", str(history), str(history), "--statistical-histories", "2"]) == 0
