@@ -194,3 +194,10 @@ def test_the_scoring_calls_are_compared_up_to_the_first_that_differs_then_every_
     assert behaviour.compare_setting(a, a) == []
     assert behaviour.compare({"settings": {"s": a, "t": a}}, {"settings": {"s": a}}) == {
         "t": ["recorded by one version only"]}
+
+
+def test_a_part_one_scoring_call_recorded_and_the_other_did_not_is_reported_whichever_side_has_it():
+    with_part = {"calls": [{"where": "w", "c_logits": torch.zeros(1), "u_logits": torch.zeros(1)}]}
+    without = {"calls": [{"where": "w", "c_logits": torch.zeros(1)}]}
+    assert behaviour.compare_setting(with_part, without) == ["scoring call 0 (w) u_logits: present vs absent"]
+    assert behaviour.compare_setting(without, with_part) == ["scoring call 0 (w) u_logits: absent vs present"]

@@ -112,6 +112,8 @@ def test_progress_prints_plain_lines_with_an_estimate_when_not_a_terminal():
 def test_a_ratio_spread_is_the_range_of_the_per_round_ratios_over_their_median():
     assert stability.ratio_spread([2.0, 3.0, 2.0], [1.0, 1.0, 1.0]) == 0.5
     assert stability.ratio_spread([4.0, 2.0, 3.0, 2.0], [2.0, 1.0, 1.0, 1.0]) == pytest.approx(0.5)
+    with pytest.raises(ValueError):  # rounds that do not pair up are refused, not cut to the shorter list
+        stability.ratio_spread([2.0, 3.0, 2.0], [1.0, 1.0])
 
 
 def test_judge_rounds_reports_each_variants_spread_and_the_load_it_was_given():

@@ -387,6 +387,17 @@ def test_a_shared_model_patched_or_written_is_named_and_put_back(model):
     assert torch.equal(weight, original) and not hasattr(model.llm, "planted")
 
 
+def test_an_attribute_that_held_none_and_was_removed_is_named(model):
+    """A value of None is a value: its removal is named as a removed attribute, not taken for "absent both times"."""
+    model.llm.planted_none = None
+    try:
+        state = shared_state.model_state(model)
+        del model.llm.planted_none
+        assert shared_state.model_changed(state, model) == ["llm.planted_none rebound or removed"]
+    finally:
+        model.llm.__dict__.pop("planted_none", None)
+
+
 @pytest.mark.parametrize("there, named", [
     (torch.float64, False),  # fp32 -> fp64 -> fp32 is exact: new storage, the same bits (seen in test_evaluate.py)
     (torch.bfloat16, True),  # fp32 -> bf16 -> fp32 rounds every weight: the model computes otherwise
@@ -807,7 +818,7 @@ def test_fastpaths_objects_are_told_through_methods_partials_and_wrappers_up_to_
     assert not mine(len) and not mine(lambda: None) and not mine(Raising()) and not mine(functools.partial(len))
     classes = [v for v in vars(loop).values() if isinstance(v, type) and v.__module__ == "fastpath.loop"]
     assert classes and mine(classes[0]) and not mine(Raising)
-    deep = fastpath.apply
+    deep = classes[0]  # a class, not a function: mutmut's trampolines wrap fastpath's functions once more
     for _ in range(8):
         deep = Wrapper(deep)
     assert mine(deep) and not mine(Wrapper(deep))  # a ninth wrapper is not followed

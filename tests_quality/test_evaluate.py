@@ -407,12 +407,42 @@ def test_decide_gates_each_field_of_the_mos_judge_at_the_mos_margin():
     x, y = 3 + rng.normal(0, 0.05, len(clips)), 4 + rng.normal(0, 0.05, len(clips))
     judge = types.SimpleNamespace(identity="utmos", fields=(("MOS-X", "x", "unit X"), ("MOS-Y", "y", "unit Y")))
     out = evaluate.decide(None, clips, clips, {"MOS-X": (x, x + 0.01), "MOS-Y": (y, y)}, mos_judge=judge,
-                          mos_margin=0.3)
+                          mos_margin=0.3, label="L", rerun="go {seeds}")
     groups = [c.group for c in clips]
-    assert out.overall.verdicts == (stats.score_gate("MOS-X", "unit X", x, x + 0.01, groups, 0.3, "utmos"),
-                                    stats.score_gate("MOS-Y", "unit Y", y, y, groups, 0.3, "utmos"))
+    assert out.overall.verdicts == (
+        stats.score_gate("MOS-X", "unit X", x, x + 0.01, groups, 0.3, "utmos", "L", "go {seeds}"),
+        stats.score_gate("MOS-Y", "unit Y", y, y, groups, 0.3, "utmos", "L", "go {seeds}"))
+    assert all(v.rerun.startswith("go ") and v.label == "L" for v in out.overall.verdicts), out.overall.format()
     default = evaluate.decide(None, clips, clips, {"MOS-X": (x, x), "MOS-Y": (y, y)}, mos_judge=judge)
     assert [v.margin for v in default.overall.verdicts] == [0.1, 0.1]
+
+
+def test_decide_keeps_whole_number_scores_as_float_arrays_on_both_sides():
+    """A judge may give whole-number ratings (1-5): the scores kept for the comparison are floats on both sides."""
+    clips = paired_clips()
+    judge = types.SimpleNamespace(identity="rater", fields=(("MOS-X", "x", "unit X"),))
+    ratings = [3, 4] * 6
+    out = evaluate.decide(None, clips, clips, {"MOS-X": (ratings, ratings)}, mos_judge=judge)
+    assert [side.dtype for side in out.scores["MOS-X"]] == [np.float64, np.float64]
+    assert out.overall.verdicts[0].verdict == "pass"
+
+
+def test_compare_sets_gates_sim_and_mos_at_the_margins_it_is_given(monkeypatch):
+    clips = [evaluate.Clip(f"s{i}#{k}", "one two three four five", tone(3.0), 16000, f"s{i}")
+             for k in range(2) for i in range(6)]  # clean for every judge
+    rng = np.random.default_rng(5)
+    r, m = 0.8 + rng.normal(0, 0.01, len(clips)), 3 + rng.normal(0, 0.05, len(clips))
+    figures = {"SIM": (r, r - 0.03), "MOS-X": (m, m - 0.2)}  # within the margins given, past the default ones
+    monkeypatch.setattr(evaluate, "judge_figures", lambda *args: figures)
+    voice_judge = types.SimpleNamespace(identity="g")
+    mos_judge = types.SimpleNamespace(identity="utmos", fields=(("MOS-X", "x", "unit X"),))
+    out = evaluate.compare_sets(None, clips, clips, voice_judge=voice_judge, mos_judge=mos_judge, sim_margin=0.05,
+                                mos_margin=0.3)
+    assert [(v.metric, v.margin, v.verdict) for v in out.overall.verdicts] == [
+        ("SIM", 0.05, "pass"), ("MOS-X", 0.3, "pass")], out.overall.format()
+    default = evaluate.compare_sets(None, clips, clips, voice_judge=voice_judge, mos_judge=mos_judge)
+    assert [(v.margin, v.verdict) for v in default.overall.verdicts] == [
+        (evaluate.SIM_MARGIN, "fail"), (evaluate.MOS_MARGIN, "fail")], default.overall.format()
 
 
 def test_decide_puts_wer_first_in_one_verdict_with_sim_and_alone_has_no_overall():

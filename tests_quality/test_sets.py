@@ -306,6 +306,14 @@ def test_librispeech_pc_rows_are_read_with_their_tree_and_bad_rows_named(tmp_pat
                         f"{path}:4: prompt utterance '1089-134686' is not LibriSpeech's SPEAKER-CHAPTER-NUMBER"]
     (tmp_path / "test-clean" / "1089").mkdir(parents=True)  # found by the first six-field row's speaker
     assert sets._librispeech_pc(path, None, [])[0].prompt_wav == tmp_path / "test-clean/1089/134686/1089-134686-0000.flac"
+    no_row = tmp_path / "none.lst"
+    no_row.write_text("bad\trow\n", encoding="utf-8")
+    problems = []
+    assert sets._librispeech_pc(no_row, tmp_path / "root", problems) == []  # no six-field row: named, no item
+    assert problems == [f"{no_row}:1: 2 tab-separated fields, expected 6 (prompt utt, prompt seconds, prompt text, "
+                        f"target utt, target seconds, target text)"]
+    with pytest.raises(sets.SetError, match="looked for the speaker folder '' in"):
+        sets._librispeech_pc(no_row, None, [])
 
 
 def test_a_list_that_is_not_there_or_of_no_known_format_or_only_blank_is_refused(tmp_path):

@@ -418,6 +418,17 @@ def test_exactly_at_the_margin_the_score_gate_fails():
     assert v.verdict == "fail", v.format()
 
 
+def test_an_open_interval_still_under_the_margin_with_too_few_seeds_is_underpowered_not_failed():
+    """The lower bound is past -margin and the upper one inside (-margin, +margin): more seeds could still pass it,
+    and the reference's seed spread asks for more, so "underpowered"."""
+    groups = list(np.repeat(["a", "b", "c", "d"], 2))
+    ref = np.array([0.80, 0.84, 0.70, 0.74, 0.90, 0.86, 0.75, 0.79])
+    cand = ref + np.array([-0.05, 0.0, -0.04, 0.02, 0.0, 0.0, -0.03, 0.01])
+    v = stats.score_gate("SIM", "GE2E cosine", ref, cand, groups, 0.02, "ge2e")
+    assert v.lower < -v.margin < v.upper < v.margin and v.seeds_needed > v.seeds, v.format()
+    assert v.verdict == "underpowered", v.format()
+
+
 def test_a_score_reference_without_spread_across_seeds_needs_no_more_seeds_so_an_open_bound_fails():
     groups = list(np.repeat(["a", "b", "c", "d", "e"], 2))
     ref = np.repeat([0.8, 0.7, 0.9, 0.75, 0.85], 2)

@@ -7,8 +7,10 @@ work to the unmasking loop, counted for real by each commit's own code
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
+import sys
 
 import pytest
 
@@ -523,6 +525,25 @@ def test_a_step_is_a_count_past_the_floor_not_at_it(tmp_path, monkeypatch, count
     assert result.floor == 0.25 and [p.verdict for p in result.probes] == verdicts
     assert [s.after.commit for s in result.steps] == [shas[k] for k in steps]
     assert "a step is more than 25.00% either way" in bisect.format_result(result, "A", "B")
+
+
+def test_the_command_lines_progress_is_written_out_before_each_count_even_to_a_block_buffered_stderr(tmp_path,
+                                                                                                      monkeypatch):
+    """A count can take minutes (callgrind): the line saying which commit is being counted has left the process
+    before the count starts, whatever buffering the stderr it was given has."""
+    monkeypatch.setattr(bisect, "REPO_ROOT", tmp_path)
+    repo, shas = history(tmp_path, [100, 120])
+    raw = io.BytesIO()
+    monkeypatch.setattr(sys, "stderr", io.TextIOWrapper(raw, encoding="utf-8", line_buffering=False))
+    written = []
+
+    def count_at(repo_, commit, signal, point, variant, work, **kw):
+        written.append(f"at {commit[:12]} " in raw.getvalue().decode())
+        return reads_the_file(repo_, commit, signal, point, variant, work)
+
+    monkeypatch.setattr(bisect, "count_at", count_at)
+    assert bisect.main([shas[0], shas[1], "--point", "auto-short-2", "--repo", str(repo)]) == 1
+    assert written == [True, True]
 
 
 def test_the_command_line_counts_the_point_signal_and_variant_it_is_given(tmp_path, monkeypatch, capsys):

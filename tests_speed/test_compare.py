@@ -354,8 +354,10 @@ def test_a_regression_is_reported_whatever_else_the_baseline_lacks(tmp_path, str
         again.append(1)
         return measured(rng, factors)
 
-    with pytest.raises(pytest.fail.Exception, match=r"speed regressed:\n  auto-short-10/stock: \+\d+\.\d% slower"):
+    with pytest.raises(pytest.fail.Exception,
+                       match=r"speed regressed:\n  auto-short-10/stock: \+\d+\.\d% slower") as failed:
         gate_on_baseline(config(strict_inputs), path, KEY, measured(rng, factors), SAVE, remeasure)
+    assert failed.value.pytrace is False, "the verdict is reported alone, without the harness's traceback"
     assert again == [1], "a regressed point is measured once more before it fails"
     regressed, missing = judge_points(load_run(path).points, measured(rng, factors), path.name)
     assert len(regressed) == 1 and missing == ["auto-short-10/fastpath"], (regressed, missing)

@@ -755,3 +755,15 @@ def test_recording_into_a_file_of_another_kind_names_that_file(tmp_path):
     path.write_text(json.dumps({"something": "else"}))
     with pytest.raises(instructions.InstructionsError, match=r"not-counts\.json is not a file of stored counts"):
         instructions.record([run_of("one", 1000, 500, "r1")], path)
+
+
+def test_recording_into_a_file_that_is_not_an_object_is_refused_as_check_stored_names_it(tmp_path):
+    """A stored file holding a JSON list is refused before anything is read from it, with check_stored's words."""
+    path = tmp_path / "stored.json"
+    path.write_text("[]")
+    with pytest.raises(instructions.InstructionsError) as expected:
+        instructions.check_stored([], str(path))
+    with pytest.raises(instructions.InstructionsError) as err:
+        instructions.record([run_of("one", 1000, 500, "r1")], path)
+    assert str(err.value) == str(expected.value) and str(err.value).startswith(str(path))
+    assert json.loads(path.read_text()) == []

@@ -69,6 +69,12 @@ def test_a_run_of_another_machine_is_refused_naming_the_deliberate_fix(tmp_path,
     message = str(err.value)
     assert f"'{MACHINE}'" in message and "'cpu-other-avx512-16c-16t'" in message, message
     assert f"`fastpath-suite nightly append {history} {other} --new-history`" in message, message
+    assert message == (
+        f"{other} was measured on machine 'cpu-other-avx512-16c-16t' (device key {other_key!r}), but {history} is the "
+        f"history of machine '{MACHINE}': speed only compares on one machine (new versions of torch, omnivoice or any "
+        "package on the same machine are not refused: the night records them, an event on the history). Append it to "
+        "that machine's own history (a file that does not exist yet starts one), or start a new history here on "
+        f"purpose: `fastpath-suite nightly append {history} {other} --new-history` (the old file is kept beside it).")
     assert len(load_history(history).nights) == 1
     capsys.readouterr()
     assert main(["append", str(history), str(other), "--new-history"]) == 0
@@ -135,6 +141,23 @@ def no_samples(path):
     path.write_text(json.dumps(data))
 
 
+def edit_night(change):
+    def damage(path):
+        data = json.loads(path.read_text())
+        data["nights"][0] = change(data["nights"][0])
+        path.write_text(json.dumps(data))
+    return damage
+
+
+def without(key):
+    return lambda night: {k: v for k, v in night.items() if k != key}
+
+
+def point_without_samples(night):
+    night["points"]["a"] = {"metric": "rtf"}
+    return night
+
+
 @pytest.mark.parametrize("damage, phrases", [
     (corrupt, ["not readable JSON", "truncated or corrupt", "Restore"]),
     (foreign, ["not a fastpath speed history", "foreign"]),
@@ -142,7 +165,12 @@ def no_samples(path):
     (hand_edited, ["does not match its samples", "edited by hand"]),
     (no_samples, ["'samples' is empty"]),
     (no_versions, ["night 0 lacks its versions", "a change of versions could not be seen", "Restore"]),
-], ids=["truncated", "foreign", "format-version", "hand-edited", "empty-samples", "no-versions"])
+    (edit_night(lambda night: [night]), ["night 0 is list, expected an object.", "Restore"]),
+    (edit_night(without("date")), ["night 0 lacks ['date'].", "Restore"]),
+    (edit_night(lambda night: {**night, "points": {}}), ["night 0 has no points.", "Restore"]),
+    (edit_night(point_without_samples), ["night 0: point 'a' has no samples.", "Restore"]),
+], ids=["truncated", "foreign", "format-version", "hand-edited", "empty-samples", "no-versions", "not-an-object",
+        "no-date", "no-points", "no-samples-field"])
 def test_a_bad_history_is_refused_naming_the_fix(tmp_path, damage, phrases):
     history = tmp_path / "h.json"
     append(history, [run_file(tmp_path / "a.json", {"a": 0.4}, "2026-11-01T03:17:00+00:00")])
