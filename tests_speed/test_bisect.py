@@ -24,18 +24,7 @@ def git(repo, *args) -> str:
 def history(tmp_path, counts: list) -> tuple:
     """A git repository whose commit k writes count.txt = counts[k] (None: a commit whose count cannot be made);
     returns (repo, [sha of each commit])."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.email", "t@example.com")
-    git(repo, "config", "user.name", "t")
-    shas = []
-    for k, n in enumerate(counts):
-        (repo / "count.txt").write_text("broken" if n is None else str(n))
-        git(repo, "add", "count.txt")
-        git(repo, "commit", "-q", "--allow-empty", "-m", f"commit {k}")
-        shas.append(git(repo, "rev-parse", "HEAD"))
-    return repo, shas
+    return commits_with(tmp_path, [("broken" if n is None else n, f"commit {k}") for k, n in enumerate(counts)])
 
 
 def reads_the_file(repo, commit, signal, point, variant, work):
