@@ -20,6 +20,7 @@ import pytest
 
 from harness.audit import mutant_rooms, mutants
 from harness.audit.mutants import Mutant
+from harness.run.progress import Progress
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,6 +87,62 @@ def test_a_timeout_counts_only_when_it_times_out_again_alone(monkeypatch):
     summary = mutants.judge(ms, ran)
     assert [m.status for m in ms] == ["timeout", "not judged"] and ran["unconfirmed"] == [ms[1].name]
     assert summary["killed"] == 1 and summary["not_judged"] == 1
+
+
+# mutmut as it meets a failing test on the unmutated code: pytest in its own process, then its spinner and one line
+FAKE_MUTMUT = """\
+import sys
+sys.path.insert(0, {root!r})
+import pytest
+code = pytest.main(["-q", "-p", "no:cacheprovider", "-p", "harness.audit.failures", "tests_x"]) if {run} else 1
+for _ in range(50):
+    print("\\u2819 Running stats")
+print(f"failed to collect stats. runner returned {{int(code)}}")
+sys.exit(1)
+"""
+TESTS_X = """\
+import pytest
+
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("a fixture that breaks")
+
+
+def test_fine():
+    pass
+
+
+def test_wrong():
+    assert 1 == 2
+
+
+def test_set_up_wrong(broken):
+    pass
+""" + "".join(f"\n\n@pytest.mark.skip(reason='not here')\ndef test_skipped_{i}():\n    pass\n" for i in range(60))
+
+
+@pytest.mark.parametrize("run, named", [
+    (True, "2 test(s) failed on the unmutated code:\n  tests_x/test_x.py::test_wrong (call)\n"
+           "  tests_x/test_x.py::test_set_up_wrong (setup)\n"),
+    (False, "no test was reported failing (a crash, or pytest's own error); its output ends:"),
+], ids=["a-test-fails", "no-test-ran"])
+def test_a_run_that_stops_before_any_mutant_names_the_tests_that_failed(tmp_path, run, named):
+    """mutmut prints its spinner and "failed to collect stats" when a test fails on the unmutated code, never the
+    test: the error names each failing test (harness.audit.failures), however long pytest's summary, and says so
+    when no test was reported (a crash before pytest, or pytest's own error)."""
+    (tmp_path / "setup.cfg").write_text("[mutmut]\ntimeout_multiplier = 4\n")
+    (tmp_path / "mutants").mkdir()
+    (tmp_path / "mutmut").mkdir()
+    (tmp_path / "mutmut" / "__init__.py").write_text("")
+    (tmp_path / "mutmut" / "__main__.py").write_text(FAKE_MUTMUT.format(root=str(ROOT), run=run))
+    (tmp_path / "tests_x").mkdir()
+    (tmp_path / "tests_x" / "test_x.py").write_text(TESTS_X)
+    with pytest.raises(mutants.MutantsError) as err:
+        mutants.run_mutants(tmp_path, [mutant()], 1, None, Progress("test", quiet=True), tests=("tests_x",))
+    message = str(err.value)
+    assert named in message, message
+    assert "\u2819" not in message and "failed to collect stats. runner returned 1" in message, message
 
 
 def test_a_stale_equivalent_entry_is_an_error_naming_it():

@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harness.audit import mutant_rooms
+from harness.audit.failures import ENV as FAILURES_ENV
 from harness.run import strict
 from harness.run.progress import Progress, clock
 
@@ -132,6 +133,7 @@ def prepare(work: Path, tests=TESTS, source: Path = ROOT, modules=MODULES, mark:
     # mutmut names the tests of a run from a set: harness.audit.in_order runs them in their files' order
     lines += ["pytest_add_cli_args =", "    -p", "    no:cacheprovider", "    -p", "    harness.audit.in_order",
               "    -p", "    harness.audit.child_calls",
+              "    -p", "    harness.audit.failures",  # names a test that fails on the unmutated code (run_mutants)
               # a failure's long traceback reads the mutated file (mutmut's copy of gate.py is about 200,000 lines)
               # for every frame: half a minute per killed mutant, past the wall limit; the native one reads a line
               "    --tb=native"]
@@ -413,8 +415,11 @@ def run_mutants(work: Path, mutants: list, children: int, budget: float | None, 
                              config.read_text()))
     from harness.model.checkpoint import cache_dir
 
+    failures = work / "failures.txt"  # harness.audit.failures: each test that fails, in any of mutmut's runs
+    failures.unlink(missing_ok=True)
     # children started by tests import the mutated fastpath too; built checkpoints are shared with the checkout's
     env = dict(os.environ, PYTHONPATH=str(work / "mutants"), FASTPATH_CACHE=str(cache_dir()), **THREADS)
+    env[FAILURES_ENV] = str(failures)
     output = (work / "mutmut-output.txt").open("w")
     command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children)] + [m.name for m in mutants]
     progress.say((f"mutmut: stats run of the tests ({', '.join(tests)}), a clean run, then " if stats else
@@ -452,7 +457,10 @@ def run_mutants(work: Path, mutants: list, children: int, budget: float | None, 
     output.close()
     text = (work / "mutmut-output.txt").read_text(errors="replace")
     if proc.returncode not in (0, None) and not out_of_time and not seen:
-        raise MutantsError(f"mutmut stopped before running a mutant (exit {proc.returncode}); its output ends:\n"
+        failed = list(dict.fromkeys(failures.read_text(errors="replace").splitlines())) if failures.exists() else []
+        named = (f"{len(failed)} test(s) failed on the unmutated code:\n  " + "\n  ".join(failed)
+                 + "\n") if failed else "no test was reported failing (a crash, or pytest's own error); "
+        raise MutantsError(f"mutmut stopped before running a mutant (exit {proc.returncode}); {named}its output ends:\n"
                            f"{_tail(text)}\nthe tests must pass on the unmutated code first (pytest {' '.join(tests)})")
     codes = {}
     for path in {m.path for m in mutants}:
@@ -469,7 +477,8 @@ def run_mutants(work: Path, mutants: list, children: int, budget: float | None, 
 
 
 def _tail(text: str, lines: int = 40) -> str:
-    text = re.sub(r"[^\n]*\r", "", text)  # spinner frames
+    text = re.sub(r"[^\n]*\r", "", text)  # spinner frames drawn over each other
+    text = re.sub(r"(?m)^[\u2800-\u28ff] [^\n]*\n", "", text)  # and those written a line each
     return "\n".join(text.splitlines()[-lines:])
 
 
