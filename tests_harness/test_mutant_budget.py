@@ -3,6 +3,8 @@ stage's time for them from a sampled run's timings."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from harness.audit import mutant_budget, mutant_rooms
@@ -38,3 +40,21 @@ def test_every_room_has_a_selection_of_its_own():
         selection = mutant_rooms.selection(room)
         assert selection[: len(room.tests)] == room.tests
         assert all(s.startswith("--deselect=") for s in selection[len(room.tests):])
+
+
+def test_a_sampled_run_whose_mutants_took_zero_seconds_times_no_mutant(tmp_path):
+    """A mutant recorded at 0.0 s is a missing timing (mutmut's meta before its log's seconds were read), not a free
+    mutant: the room gets no per-mutant figure, so the stage's time is not estimated rather than underestimated."""
+    key = "cpu-test-2c-2t"
+    mutants_of = lambda seconds: [{"room": "gate", "seconds": s} for s in seconds]  # noqa: E731
+    for kind, seconds, date in (("mutants", [0.0, 0.0], "2026-12-07"), ("mutants-before", [3.0, 5.0], "2026-12-01")):
+        (tmp_path / kind).mkdir()
+        figures = {"children": 2, "mutants": mutants_of(seconds), "timings": [
+            {"rooms": ["gate"], "generate_seconds": 10.0, "setup_seconds": 50.0}]}
+        (tmp_path / kind / f"{key}.json").write_text(json.dumps(
+            {"format": "fastpath-results", "version": 1, "kind": kind, "machine": {}, "machine_key": key,
+             "machine_summary": "test", "commit": "a" * 40, "dirty": False, "date": date, "command": "c",
+             "figures": figures}))
+    timed = mutant_budget.timings(tmp_path, key)
+    assert timed["setup"] == {"gate": 60.0} and timed["per_mutant"] == {}, timed
+    assert mutant_budget.stage_seconds({"gate": 4}, timed) is None

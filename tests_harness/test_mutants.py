@@ -145,6 +145,23 @@ def test_a_run_that_stops_before_any_mutant_names_the_tests_that_failed(tmp_path
     assert "\u2819" not in message and "failed to collect stats. runner returned 1" in message, message
 
 
+def test_a_mutants_seconds_come_from_mutmuts_log_where_its_meta_says_zero(tmp_path):
+    """mutmut 3.8's meta file can hold 0.0 for a mutant's duration; its debug log's "Completed" line has the time the
+    mutant took, and that is what the results (and `audit mutant-budget`'s estimate) must carry."""
+    name = "fastpath.registry.x_applied__mutmut_1"
+    (tmp_path / "setup.cfg").write_text("[mutmut]\ntimeout_multiplier = 4\n")
+    (tmp_path / "mutants" / "fastpath").mkdir(parents=True)
+    (tmp_path / "mutmut").mkdir()
+    (tmp_path / "mutmut" / "__init__.py").write_text("")
+    (tmp_path / "mutmut" / "__main__.py").write_text(
+        "import json\n"
+        f"open('mutants/mutmut-debug.log', 'w').write('Completed {name}: exit=1 (7.25s)\\n')\n"
+        f"json.dump({{'exit_code_by_key': {{{name!r}: 1}}, 'durations_by_key': {{{name!r}: 0.0}}}}, "
+        "open('mutants/fastpath/registry.py.meta', 'w'))\n")
+    ran = mutants.run_mutants(tmp_path, [mutant(name=name)], 1, None, Progress("test", quiet=True), tests=("t",))
+    assert ran["codes"] == {name: (1, 7.25)}, ran["codes"]
+
+
 def test_a_stale_equivalent_entry_is_an_error_naming_it():
     ms = [mutant()]
     row = {"path": "fastpath/registry.py", "function": "applied", "before": "x = 1", "after": "x = 2", "reason": "r"}

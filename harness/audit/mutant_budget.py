@@ -83,7 +83,8 @@ def timings(results_dir: Path, machine_key: str) -> dict | None:
         for room in group["rooms"]:  # generating the files' mutants, then the stats and clean runs
             setup[room] = group.get("generate_seconds", 0.0) + (group["setup_seconds"] or 0.0)
     for room in {m["room"] for m in figures["mutants"]}:
-        seconds = [m["seconds"] for m in figures["mutants"] if m["room"] == room and m["seconds"] is not None]
+        # a mutant's 0.0 is no timing (mutmut's meta before the log's seconds were read): never a free mutant
+        seconds = [m["seconds"] for m in figures["mutants"] if m["room"] == room and m["seconds"]]
         if seconds:
             per[room] = statistics.fmean(seconds)
     return {"children": figures["children"], "setup": setup, "per_mutant": per, "from": f"{run['kind']} of "

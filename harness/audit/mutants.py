@@ -468,7 +468,9 @@ def run_mutants(work: Path, mutants: list, children: int, budget: float | None, 
         if meta.exists():
             data = json.loads(meta.read_text())
             for name, code in data["exit_code_by_key"].items():
-                codes[name] = (code, data.get("durations_by_key", {}).get(name))
+                # mutmut's meta may hold 0.0 for a mutant's duration: its log's "Completed" line has the real one
+                seconds = data.get("durations_by_key", {}).get(name) or seen.get(name, (None, None))[1]
+                codes[name] = (code, seconds)
     stats_file = work / "mutants" / "mutmut-stats.json"
     tests = json.loads(stats_file.read_text()).get("tests_by_mangled_function_name", {}) if stats_file.exists() else {}
     return {"codes": codes, "tests": tests, "completed": set(seen), "out_of_time": out_of_time,
