@@ -103,7 +103,7 @@ def test_a_step_on_recorded_nights_is_caught(recorded):
     assert step["first_night"] >= expected - 0.08, (step, expected)
 
 
-# nightly slow job: about 3 minutes; the two rows above are the rule's controls on every change
+# nightly slow job: about 3 minutes; the two tests above are the rule's controls on every change
 @pytest.mark.slow
 def test_the_full_table_is_the_results_file(recorded):
     """The table docs/results.md shows is what the code measures: `nightly rates` rerun with the results file's

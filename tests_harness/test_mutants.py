@@ -89,6 +89,16 @@ def test_a_timeout_counts_only_when_it_times_out_again_alone(monkeypatch):
     assert summary["killed"] == 1 and summary["not_judged"] == 1
 
 
+def stand_in_mutmut(work: Path, main: str) -> None:
+    """A work folder whose `python -m mutmut` (run_mutants' command, run there) is `main`: the folder comes first on
+    the child's sys.path."""
+    (work / "setup.cfg").write_text("[mutmut]\ntimeout_multiplier = 4\n")
+    (work / "mutants").mkdir(exist_ok=True)
+    (work / "mutmut").mkdir()
+    (work / "mutmut" / "__init__.py").write_text("")
+    (work / "mutmut" / "__main__.py").write_text(main)
+
+
 # mutmut as it meets a failing test on the unmutated code: pytest in its own process, then its spinner and one line
 FAKE_MUTMUT = """\
 import sys
@@ -131,11 +141,7 @@ def test_a_run_that_stops_before_any_mutant_names_the_tests_that_failed(tmp_path
     """mutmut prints its spinner and "failed to collect stats" when a test fails on the unmutated code, never the
     test: the error names each failing test (harness.audit.failures), however long pytest's summary, and says so
     when no test was reported (a crash before pytest, or pytest's own error)."""
-    (tmp_path / "setup.cfg").write_text("[mutmut]\ntimeout_multiplier = 4\n")
-    (tmp_path / "mutants").mkdir()
-    (tmp_path / "mutmut").mkdir()
-    (tmp_path / "mutmut" / "__init__.py").write_text("")
-    (tmp_path / "mutmut" / "__main__.py").write_text(FAKE_MUTMUT.format(root=str(ROOT), run=run))
+    stand_in_mutmut(tmp_path, FAKE_MUTMUT.format(root=str(ROOT), run=run))
     (tmp_path / "tests_x").mkdir()
     (tmp_path / "tests_x" / "test_x.py").write_text(TESTS_X)
     with pytest.raises(mutants.MutantsError) as err:
@@ -149,15 +155,11 @@ def test_a_mutants_seconds_come_from_mutmuts_log_where_its_meta_says_zero(tmp_pa
     """mutmut 3.8's meta file can hold 0.0 for a mutant's duration; its debug log's "Completed" line has the time the
     mutant took, and that is what the results (and `audit mutant-budget`'s estimate) must carry."""
     name = "fastpath.registry.x_applied__mutmut_1"
-    (tmp_path / "setup.cfg").write_text("[mutmut]\ntimeout_multiplier = 4\n")
     (tmp_path / "mutants" / "fastpath").mkdir(parents=True)
-    (tmp_path / "mutmut").mkdir()
-    (tmp_path / "mutmut" / "__init__.py").write_text("")
-    (tmp_path / "mutmut" / "__main__.py").write_text(
-        "import json\n"
-        f"open('mutants/mutmut-debug.log', 'w').write('Completed {name}: exit=1 (7.25s)\\n')\n"
-        f"json.dump({{'exit_code_by_key': {{{name!r}: 1}}, 'durations_by_key': {{{name!r}: 0.0}}}}, "
-        "open('mutants/fastpath/registry.py.meta', 'w'))\n")
+    stand_in_mutmut(tmp_path, "import json\n"
+                    f"open('mutants/mutmut-debug.log', 'w').write('Completed {name}: exit=1 (7.25s)\\n')\n"
+                    f"json.dump({{'exit_code_by_key': {{{name!r}: 1}}, 'durations_by_key': {{{name!r}: 0.0}}}}, "
+                    "open('mutants/fastpath/registry.py.meta', 'w'))\n")
     ran = mutants.run_mutants(tmp_path, [mutant(name=name)], 1, None, Progress("test", quiet=True), tests=("t",))
     assert ran["codes"] == {name: (1, 7.25)}, ran["codes"]
 
