@@ -104,7 +104,7 @@ FAKE_MUTMUT = """\
 import sys
 sys.path.insert(0, {root!r})
 import pytest
-code = pytest.main(["-q", "-p", "no:cacheprovider", "-p", "harness.audit.failures", "tests_x"]) if {run} else 1
+code = pytest.main(["-q", "-rs", "-p", "no:cacheprovider", "-p", "harness.audit.failures", "tests_x"]) if {run} else 1
 for _ in range(50):
     print("\\u2819 Running stats")
 print(f"failed to collect stats. runner returned {{int(code)}}")
