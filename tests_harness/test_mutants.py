@@ -508,7 +508,7 @@ def test_a_set_of_tests_that_fails_unmutated_leaves_its_mutants_not_judged_and_t
     ran = []
 
     def run(work, chosen, children, budget, progress, tests):
-        if tests == mutant_rooms.selection(mutant_rooms.room_of("fastpath/registry.py")):
+        if "tests_patches/test_registry.py" in tests:  # the patches' tests that import registry.py
             raise mutants.MutantsError("mutmut stopped before running a mutant (exit 1): a test failed")
         ran.extend(m.name for m in chosen)
         return {"codes": {m.name: (1, 1.0) for m in chosen}, "tests": {}, "completed": {m.name for m in chosen},
@@ -551,3 +551,64 @@ def test_the_stage_fails_on_a_planted_survivor_in_the_gpu_code_and_in_the_gate(t
     assert "SURVIVED: fastpath.gpu.padding.x_llm_call_shape__mutmut_" in out, out[-3000:]
     assert "SURVIVED: harness.gate.versions.x_declared_requirement__mutmut_" in out, out[-3000:]
     assert re.search(r"^  gpu: \d+ killed of \d+", out, re.M) and re.search(r"^  gate: \d+ killed of \d+", out, re.M)
+
+
+def test_a_change_meets_first_the_tests_that_import_its_files(tmp_path):
+    tests = tmp_path / "tests_x"
+    tests.mkdir()
+    (tests / "test_plain.py").write_text("import fastpath.gpu.graphs\n")
+    (tests / "test_from.py").write_text("from fastpath.gpu import graphs as g\n")
+    (tests / "test_inner.py").write_text("from fastpath.gpu.graphs import GraphedForward\n")
+    (tests / "test_other.py").write_text("from fastpath.gpu import packed  # graphs, by name in a comment\n"
+                                         "import fastpath.gpu\nfrom . import graphs\nX = 'fastpath.gpu.graphs'\n")
+    (tmp_path / "test_node.py").write_text("import fastpath.gpu.graphs\n")
+    room = mutant_rooms.Room("r", {"fastpath/gpu/graphs.py": None}, ("tests_x", "test_node.py::test_a", "more.py"),
+                             ("tests_x/test_plain.py::test_slow", "tests_x/test_other.py::test_slow"))
+    (tmp_path / "more.py").write_text("import fastpath.loop\n")
+    own = mutant_rooms.own_tests(room, ["fastpath/gpu/graphs.py"], tmp_path)
+    assert own == ("tests_x/test_from.py", "tests_x/test_inner.py", "tests_x/test_plain.py", "test_node.py::test_a",
+                   "--deselect=tests_x/test_plain.py::test_slow")
+    # a package's __init__ is imported by every import of a module inside it
+    assert mutant_rooms.own_tests(room, ["fastpath/__init__.py"], tmp_path)[:6] == (
+        "tests_x/test_from.py", "tests_x/test_inner.py", "tests_x/test_other.py", "tests_x/test_plain.py",
+        "test_node.py::test_a", "more.py")
+    # no test file imports it: the room's whole selection, never an empty one
+    assert mutant_rooms.own_tests(room, ["fastpath/streaming.py"], tmp_path) == mutant_rooms.selection(room)
+    assert mutant_rooms.module_name("fastpath/gpu/__init__.py") == "fastpath.gpu"
+
+
+def _narrow_then_whole(monkeypatch, tmp_path, whole_codes: dict, whole_finishes: bool = True):
+    """main() on two mutants of a changed line of registry.py: the narrow run (the tests that import it) kills
+    mutant 1 and lets 2 survive; the room's whole selection gives `whole_codes`."""
+    ran, argv = _fake_selection(monkeypatch, tmp_path, 2)
+    whole = mutant_rooms.selection(mutant_rooms.room_of("fastpath/registry.py"))
+    calls = []
+
+    def run(work, chosen, children, budget, progress, tests):
+        calls.append((tests == whole, [m.name for m in chosen]))
+        codes = ({m.name: (whole_codes[m.name], 1.0) for m in chosen} if tests == whole else
+                 {m.name: (1 if m.name.endswith("_1") else 0, 1.0) for m in chosen})
+        done = set(codes) if tests != whole or whole_finishes else set()
+        return {"codes": codes, "tests": {}, "completed": done, "out_of_time": not done, "seconds": 1.0,
+                "unconfirmed": []}
+
+    monkeypatch.setattr(mutants, "run_and_confirm", run)
+    return calls, argv
+
+
+@pytest.mark.parametrize("code, finishes, exit_code, said", [
+    (1, True, 0, "score: 2 killed of 2 = 100.0%"),  # killed by a test of another file: no survivor
+    (0, True, 1, "SURVIVED: fastpath.registry.x_applied__mutmut_2"),  # survives everything: the change fails
+    (0, False, 3, "not judged: fastpath.registry.x_applied__mutmut_2 (fastpath/registry.py line 10): survived the "
+                  "tests that import its file; the room's whole selection did not finish within the budget"),
+])
+def test_a_survivor_of_its_files_own_tests_is_judged_on_the_rooms_whole_selection(monkeypatch, tmp_path, capsys,
+                                                                                    code, finishes, exit_code, said):
+    calls, argv = _narrow_then_whole(monkeypatch, tmp_path, {"fastpath.registry.x_applied__mutmut_2": code},
+                                     finishes)
+    assert mutants.main(argv + ["--budget", "100"]) == exit_code
+    out = capsys.readouterr().out
+    assert said in out, out
+    # the narrow run first, with both; then the whole selection with the survivor alone
+    assert calls == [(False, ["fastpath.registry.x_applied__mutmut_1", "fastpath.registry.x_applied__mutmut_2"]),
+                     (True, ["fastpath.registry.x_applied__mutmut_2"])]

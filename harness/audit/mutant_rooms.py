@@ -10,7 +10,9 @@ Names are mutmut's: `function`, or `Class.method` (a nested function is part of 
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
+from pathlib import Path
 
 # docs/commands.md against every parser's --help: the command lines' options, defaults and help texts
 REFERENCE = "tests_harness/test_cli.py::test_the_command_reference_is_what_every_parser_prints"
@@ -172,3 +174,45 @@ def decides(path: str, function: str) -> bool:
 def selection(room: Room) -> tuple:
     """The pytest arguments of a room's tests: its tests, and each left-out one deselected."""
     return room.tests + tuple(f"--deselect={node}" for node in room.leave_out)
+
+
+def module_name(path: str) -> str:
+    """fastpath/gpu/graphs.py -> fastpath.gpu.graphs; a package's __init__.py -> the package."""
+    parts = path[:-len(".py")].split("/")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(text: str, module: str) -> bool:
+    """Whether Python source `text` imports `module` (or a module inside it) by name: `import a.b`, `from a.b import
+    x`, or `from a import b`."""
+    package, _, leaf = module.rpartition(".")
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            named = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            named = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        if any(name == module or name.startswith(module + ".") for name in named):
+            return True
+    return False
+
+
+def own_tests(room: Room, paths: list, root: Path) -> tuple:
+    """The pytest arguments of the tests of `room` that import one of `paths` by name: a change's first, narrow run
+    (`audit mutants --changed-since`). Each folder of the room's tests is read file by file; a node id stays where
+    its file imports one; the left-out ones stay deselected. The room's whole selection where no test file imports
+    one (a survivor of the narrow run is run again on the whole selection: mutants.confirm_survivors)."""
+    names = [module_name(p) for p in paths]
+    kept = []
+    for test in room.tests:
+        target = root / test.split("::")[0]
+        candidates = sorted(target.glob("test_*.py")) if target.is_dir() else [target]
+        for file in candidates:
+            if file.is_file() and any(imports(file.read_text(), name) for name in names):
+                kept.append(test if "::" in test else str(file.relative_to(root)))
+    kept = list(dict.fromkeys(kept))
+    if not kept:
+        return selection(room)
+    return tuple(kept) + tuple(f"--deselect={node}" for node in room.leave_out if node.split("::")[0] in
+                               {k.split("::")[0] for k in kept})

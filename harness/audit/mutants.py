@@ -689,6 +689,15 @@ def _main(args, progress: Progress) -> int:
     for path in modules:
         tests = tuple(args.tests) if args.tests else mutant_rooms.selection(mutant_rooms.room_of(path))
         groups.setdefault(tests, []).append(path)
+    whole = {}  # with --changed-since: the narrow tests of each group -> the room's whole selection
+    if args.changed_since and not args.tests:
+        # a change's mutants meet first the tests that import its files (the stats run of a room's whole selection
+        # is most of the stage's time); a survivor is then run again on the whole selection (widen)
+        narrow = {}
+        for tests, paths in groups.items():
+            own = mutant_rooms.own_tests(mutant_rooms.room_of(paths[0]), paths, source)
+            narrow[own], whole[own] = paths, tests
+        groups = narrow
     mark = "cuda" if args.needs_gpu else None
     everything, folders, generating = [], {}, {}
     for i, (tests, paths) in enumerate(groups.items()):
@@ -773,6 +782,7 @@ def _main(args, progress: Progress) -> int:
         timings.append({"tests": list(tests), "rooms": sorted({m.room for m in part}), "mutants": len(part),
                         "generate_seconds": generating[tests], "seconds": got["seconds"],
                         "setup_seconds": got.get("setup_seconds")})
+    widened = widen(chosen, ran, whole, folders, work, args, progress, timings) if whole else []
     summary = judge(chosen, ran)
     trained = training_seeds()
     figures = {"engine": ENGINE, "selection": selection, "tests": [list(t) for t in groups],
@@ -783,7 +793,7 @@ def _main(args, progress: Progress) -> int:
                "sample_role": (f"training, {args.training} its tests" if args.training else
                                "training" if seed in trained else "fresh"),
                "run": len(chosen), "summary": summary, "unconfirmed": ran["unconfirmed"],
-               "capped": [m.name for m in capped], "timings": timings, "broken": broken,
+               "capped": [m.name for m in capped], "widened": widened, "timings": timings, "broken": broken,
                "mutants": [asdict(m) for m in chosen]}
     if kind:
         results.write_if_asked(args, kind, figures, commit=commit, dirty=dirty)
@@ -809,6 +819,43 @@ def _main(args, progress: Progress) -> int:
     return 0
 
 
+def widen(chosen: list, ran: dict, whole: dict, folders: dict, work: Path, args, progress: Progress,
+          timings: list) -> list:
+    """Each survivor of a narrow run (the tests that import the changed files) run again on its room's whole
+    selection, within what is left of the budget: what it gives is the mutant's verdict, and one that does not
+    finish there is not judged (never a survivor of a narrow run alone). The names run again."""
+    found = [m for m in chosen if m.name in ran["completed"] and STATUS.get(ran["codes"][m.name][0]) in
+             (SURVIVED, NO_TESTS) and (m.path, m.function) not in IMPORT_TIME]
+    by_tests = {}
+    for m in found:
+        if folders[m.name][1] != whole[folders[m.name][1]]:
+            by_tests.setdefault(whole[folders[m.name][1]], []).append(m)
+    for i, (tests, part) in enumerate(by_tests.items()):
+        left = None if args.budget is None else args.budget - ran["seconds"]
+        got = {"completed": set()}
+        if left is None or left > 0:
+            folder = work / f"whole-{i + 1}"
+            progress.say(f"{len(part)} survivor(s) of the changed files' own tests: again on the room's whole "
+                         f"selection ({' '.join(tests)})")
+            started = time.monotonic()
+            paths = sorted({m.path for m in part})
+            prepare(folder, tests, args.source.resolve(), paths)
+            generate(folder, paths)
+            generated = time.monotonic() - started
+            got = run_and_confirm(folder, part, args.children, None if left is None else left - generated,
+                                  progress, tests)
+            ran["seconds"] += generated + got["seconds"]
+            ran["out_of_time"] |= got["out_of_time"]
+            ran["tests"].update(got["tests"])
+            ran["unconfirmed"] += got["unconfirmed"]
+            timings.append({"tests": list(tests), "rooms": sorted({m.room for m in part}), "mutants": len(part),
+                            "generate_seconds": generated, "seconds": got["seconds"],
+                            "setup_seconds": got.get("setup_seconds"), "widened": True})
+        for m in part:
+            ran["codes"][m.name] = got["codes"][m.name] if m.name in got["completed"] else (None, None)
+    return [m.name for part in by_tests.values() for m in part]
+
+
 def report(figures: dict, chosen: list) -> str:
     s = figures["summary"]
     lines = [f"mutants: {figures['selection']}; engine {figures['engine']}; {clock(figures['seconds'])}"]
@@ -830,7 +877,8 @@ def report(figures: dict, chosen: list) -> str:
                    else "timed out beside another mutant; its run alone did not finish in time"
                    if m.name in figures.get("unconfirmed", []) else "its tests failed on the unmutated code"
                    if any(m.name in b["names"] for b in figures.get("broken", [])) else
-                   "did not finish within the budget")
+                   "survived the tests that import its file; the room's whole selection did not finish within the "
+                   "budget" if m.name in figures.get("widened", []) else "did not finish within the budget")
             lines.append(f"not judged: {m.name} ({m.path} line {m.lines[0] if m.lines else '?'}): {why}")
     for m in chosen:
         if m.status == TIMEOUT:
