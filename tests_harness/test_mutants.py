@@ -577,18 +577,19 @@ def test_a_change_meets_first_the_tests_that_import_its_files(tmp_path):
     assert mutant_rooms.module_name("fastpath/gpu/__init__.py") == "fastpath.gpu"
 
 
-def _narrow_then_whole(monkeypatch, tmp_path, whole_codes: dict, whole_finishes: bool = True):
+def _narrow_then_whole(monkeypatch, tmp_path, whole_codes: dict, whole_finishes: bool = True, narrow_code: int = 0):
     """main() on two mutants of a changed line of registry.py: the narrow run (the tests that import it) kills
-    mutant 1 and lets 2 survive; the room's whole selection gives `whole_codes`."""
+    mutant 1 and gives 2 `narrow_code` (0 survived; 33 no tests, which mutmut gives without running it); the room's
+    whole selection gives `whole_codes`."""
     ran, argv = _fake_selection(monkeypatch, tmp_path, 2)
     whole = mutant_rooms.selection(mutant_rooms.room_of("fastpath/registry.py"))
     calls = []
 
     def run(work, chosen, children, budget, progress, tests):
         calls.append((tests == whole, [m.name for m in chosen]))
-        codes = ({m.name: (whole_codes[m.name], 1.0) for m in chosen} if tests == whole else
-                 {m.name: (1 if m.name.endswith("_1") else 0, 1.0) for m in chosen})
-        done = set(codes) if tests != whole or whole_finishes else set()
+        codes = ({m.name: (whole_codes[m.name], 1.0) for m in chosen if whole_finishes} if tests == whole else
+                 {m.name: (1 if m.name.endswith("_1") else narrow_code, 1.0) for m in chosen})
+        done = {n for n in codes if codes[n][0] != 33}  # mutmut's log has no line for a "no tests" mutant
         return {"codes": codes, "tests": {}, "completed": done, "out_of_time": not done, "seconds": 1.0,
                 "unconfirmed": []}
 
@@ -596,16 +597,19 @@ def _narrow_then_whole(monkeypatch, tmp_path, whole_codes: dict, whole_finishes:
     return calls, argv
 
 
+@pytest.mark.parametrize("narrow", [0, 33])
 @pytest.mark.parametrize("code, finishes, exit_code, said", [
     (1, True, 0, "score: 2 killed of 2 = 100.0%"),  # killed by a test of another file: no survivor
     (0, True, 1, "SURVIVED: fastpath.registry.x_applied__mutmut_2"),  # survives everything: the change fails
+    (33, True, 1, "SURVIVED: fastpath.registry.x_applied__mutmut_2 (fastpath/registry.py line 10); no test calls"),
     (0, False, 3, "not judged: fastpath.registry.x_applied__mutmut_2 (fastpath/registry.py line 10): survived the "
                   "tests that import its file; the room's whole selection did not finish within the budget"),
 ])
 def test_a_survivor_of_its_files_own_tests_is_judged_on_the_rooms_whole_selection(monkeypatch, tmp_path, capsys,
-                                                                                    code, finishes, exit_code, said):
+                                                                                    code, finishes, exit_code, said,
+                                                                                    narrow):
     calls, argv = _narrow_then_whole(monkeypatch, tmp_path, {"fastpath.registry.x_applied__mutmut_2": code},
-                                     finishes)
+                                     finishes, narrow)
     assert mutants.main(argv + ["--budget", "100"]) == exit_code
     out = capsys.readouterr().out
     assert said in out, out

@@ -263,3 +263,37 @@ def test_a_stream_whose_construction_failed_is_collected_quietly():
 
     half_built = Stream.__new__(Stream)
     assert half_built.__del__() is None
+
+
+def test_at_exit_every_open_streams_job_is_cancelled_then_waited_for_a_bounded_moment():
+    """streaming._cancel_open_streams, the exit handler a stream's first worker registers: each open stream's job is
+    cancelled, then each worker gets a moment to stop, never an unbounded wait (a stuck worker must not hold up exit).
+    Called here with two stand-in jobs, as the interpreter would call it."""
+    from fastpath import registry, streaming
+
+    class Job:
+        def __init__(self):
+            self.cancel, self.waits, self.cancelled_before_wait = threading.Event(), [], []
+            self.stopped = self  # the job's `stopped` event: its wait is recorded
+
+        def wait(self, timeout=None):
+            self.cancelled_before_wait.append(all(job.cancel.is_set() for job in jobs))
+            self.waits.append(timeout)
+            return False  # a worker that did not stop: the handler must still return
+
+    class Model:  # the dictionary's key: any model object, held weakly
+        pass
+
+    models, jobs = [Model(), Model()], [Job(), Job()]
+    for model, job in zip(models, jobs):
+        registry._open_streams[model] = job
+    try:
+        streaming._cancel_open_streams()
+    finally:
+        for model in models:
+            del registry._open_streams[model]
+    for job in jobs:
+        assert job.cancel.is_set()
+        # every job cancelled before the first wait; one wait each, bounded by a couple of seconds
+        assert job.cancelled_before_wait == [True] and len(job.waits) == 1
+        assert job.waits[0] is not None and 0 < job.waits[0] <= 2.0, job.waits

@@ -824,8 +824,9 @@ def widen(chosen: list, ran: dict, whole: dict, folders: dict, work: Path, args,
     """Each survivor of a narrow run (the tests that import the changed files) run again on its room's whole
     selection, within what is left of the budget: what it gives is the mutant's verdict, and one that does not
     finish there is not judged (never a survivor of a narrow run alone). The names run again."""
-    found = [m for m in chosen if m.name in ran["completed"] and STATUS.get(ran["codes"][m.name][0]) in
-             (SURVIVED, NO_TESTS) and (m.path, m.function) not in IMPORT_TIME]
+    # mutmut gives "no tests" without running the mutant (no line in its log): its code is in the meta alone
+    found = [m for m in chosen if STATUS.get(ran["codes"].get(m.name, (None,))[0]) in (SURVIVED, NO_TESTS)
+             and (m.path, m.function) not in IMPORT_TIME]
     by_tests = {}
     for m in found:
         if folders[m.name][1] != whole[folders[m.name][1]]:
@@ -851,8 +852,8 @@ def widen(chosen: list, ran: dict, whole: dict, folders: dict, work: Path, args,
             timings.append({"tests": list(tests), "rooms": sorted({m.room for m in part}), "mutants": len(part),
                             "generate_seconds": generated, "seconds": got["seconds"],
                             "setup_seconds": got.get("setup_seconds"), "widened": True})
-        for m in part:
-            ran["codes"][m.name] = got["codes"][m.name] if m.name in got["completed"] else (None, None)
+        for m in part:  # mutmut's meta holds no code for a mutant it did not run ("no tests" it gives unrun)
+            ran["codes"][m.name] = got.get("codes", {}).get(m.name) or (None, None)
     return [m.name for part in by_tests.values() for m in part]
 
 
