@@ -1,34 +1,57 @@
-"""How many mutants recent changes touched, and the time CI's mutants stage needs to judge all of them.
+"""How many mutants recent changes touch, and how long CI's mutants stage takes on them: measured, not estimated.
 
-`.ci/run` judges every mutant of the lines a change touched (`audit mutants --changed-since auto`) within a budget.
-This measures what that budget must hold: for each of the last N commits on the first-parent line that changed a
-file of the mutation scope, that commit's own mutants of its changed lines (generated from the commit's files, as
-the stage would), by room; then the stage's time for each, estimated from the measured timings of a sampled run
-(results kind mutants, mutants-after or mutants-before of this machine: each set of tests' stats and clean runs,
-and the mean seconds of a mutant of each room, with the run's workers).
+`.ci/run` judges every mutant of the lines a change touched (`audit mutants --changed-since auto`) within a cap and a
+budget. For each of the last N first-parent commits that changed a file of the mutation scope, this takes the lines
+of this checkout that `git blame` still gives to that commit (a line rewritten since belongs to a later change),
+and runs CI's stage on exactly those lines, with `.ci/run`'s own cap and budget: in a clone of this checkout's
+commit, a side commit that marks those lines is the base of `--changed-since`, so the stage judges this checkout's
+code as it would judge the change. Each change gets its mutants by room, the stage's wall time and its exit (0
+passed, 1 a survivor, 3 not judged: past the cap or the budget). With --count-only the mutants are counted (one
+generation of the files) and no stage runs.
 
-    fastpath-suite audit mutant-budget --commits 30 --results results/
+    fastpath-suite audit mutant-budget --commits 8 --results results/
+    fastpath-suite audit mutant-budget --commits 30 --count-only
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from harness.audit import mutant_rooms, mutants
 from harness.run.progress import Progress, clock
 
 ROOT = mutants.ROOT
-TIMED_KINDS = ("mutants", "mutants-after", "mutants-before")  # the sampled runs whose timings the estimate reads
+CI = ROOT / ".ci" / "run"
+MARK = "  # replayed by audit mutant-budget"
+EXITS = {0: "passed", 1: "survivor", 2: "error", 3: "not judged"}
+
+
+class BudgetError(RuntimeError):
+    """Bad input to the measurement; the message names the fix."""
 
 
 def git(*args, cwd: Path = ROOT) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def ci_stage(path: Path = CI) -> dict:
+    """The cap and budget of `.ci/run`'s mutants stage, read from its line."""
+    found = re.search(r"audit mutants --changed-since \S+ --max-mutants (\d+) --budget (\d+)",
+                      path.read_text() if path.exists() else "")
+    if not found:
+        raise BudgetError(f"{path}: no line `fastpath-suite audit mutants --changed-since auto --max-mutants N "
+                          "--budget S` (CI's mutants stage) to measure; restore it, or update this reader")
+    return {"max_mutants": int(found[1]), "budget": int(found[2])}
 
 
 def recent_changes(n: int, source: Path = ROOT) -> list:
@@ -46,126 +69,177 @@ def recent_changes(n: int, source: Path = ROOT) -> list:
     return found
 
 
-def touched_at(commit: str, files: list, work: Path, source: Path = ROOT) -> dict:
-    """{room: mutants of the lines `commit` changed}, generated from that commit's own files."""
-    tree = work / "tree"
-    subprocess.run(["git", "worktree", "add", "-q", "--detach", str(tree), commit], cwd=source, check=True,
+def blamed_lines(commit: str, files: list, source: Path = ROOT) -> dict:
+    """{path: the lines (1-based) of HEAD's file that git blame gives to `commit`, or, for a merge, to a commit it
+    brought in}; files gone since are left out."""
+    brought = set(git("rev-list", f"{commit}^1..{commit}", cwd=source).split())
+    out = {}
+    for path in files:
+        if not (source / path).is_file():
+            continue
+        porcelain = git("blame", "--porcelain", "HEAD", "--", path, cwd=source)
+        # a header line: <40 hex> <line in the original> <line in the final file> [<lines in the group>]
+        lines = {int(final) for sha, final in re.findall(r"(?m)^([0-9a-f]{40}) \d+ (\d+)", porcelain)
+                 if sha in brought}
+        if lines:
+            out[path] = lines
+    return out
+
+
+def replay(source: Path, lines: dict, folder: Path) -> tuple:
+    """A clone of `source`'s HEAD in `folder` and, on a side branch, a commit that marks each of `lines`: (the clone,
+    the side commit). `changed_lines(side commit, clone)` is then `lines`."""
+    clone = folder / "clone"
+    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(source), str(clone)], check=True,
                    capture_output=True)
-    try:
-        parent = git("rev-parse", f"{commit}^", cwd=tree)
-        lines = mutants.changed_lines(parent, tree, files)
-        paths = [p for p in files if p in lines and (tree / p).is_file()]
-        counts = {}
-        if paths:
-            mutants.prepare(work / "gen", (), tree, paths)
-            for m in mutants.generate(work / "gen", paths):
-                if mutant_rooms.decides(m.path, m.function) and mutants.touching([m], lines):
-                    room = mutant_rooms.room_of(m.path).name
-                    counts[room] = counts.get(room, 0) + 1
+    head = git("rev-parse", "HEAD", cwd=source)
+    git("checkout", "-q", "-b", "replay", head, cwd=clone)
+    for path, numbers in lines.items():
+        text = (clone / path).read_text().split("\n")
+        for n in numbers:
+            text[n - 1] += MARK
+        (clone / path).write_text("\n".join(text))
+    git("-c", "user.name=mutant-budget", "-c", "user.email=mutant-budget@localhost", "commit", "-q", "-am",
+        "replayed lines", cwd=clone)
+    side = git("rev-parse", "HEAD", cwd=clone)
+    git("checkout", "-q", "--detach", head, cwd=clone)
+    return clone, side
+
+
+def run_stage(source: Path, lines: dict, folder: Path, stage: dict) -> dict:
+    """CI's stage on `lines` of `source`'s HEAD: {"seconds", "exit", "mutants": {room: n}, "killed", "survived",
+    "not_judged"}."""
+    clone, side = replay(source, lines, folder)
+    out = folder / "results"
+    command = [sys.executable, "-m", "harness", "audit", "mutants", "--changed-since", side, "--source", str(clone),
+               "--max-mutants", str(stage["max_mutants"]), "--budget", str(stage["budget"]),
+               "--work", str(folder / "work"), "--results", str(out), "--quiet"]
+    started = time.monotonic()
+    # as CI runs it: strict inputs (.ci/run exports FASTPATH_STRICT=1)
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "FASTPATH_STRICT": "1"})
+    seconds = time.monotonic() - started
+    row = {"seconds": seconds, "exit": done.returncode, "mutants": {}, "killed": 0, "survived": 0, "not_judged": 0}
+    if done.returncode not in EXITS or done.returncode == 2:
+        raise BudgetError(f"CI's stage stopped with exit {done.returncode} on {len(lines)} file(s); its output "
+                          f"ends:\n{(done.stdout + done.stderr)[-3000:]}")
+    written = list(out.glob("mutants-change/*.json"))
+    if written:  # none where the lines hold no mutant: the stage passes at once
+        figures = json.loads(written[0].read_text())["figures"]
+        for m in figures["mutants"]:
+            row["mutants"][m["room"]] = row["mutants"].get(m["room"], 0) + 1
+        for room, n in figures.get("capped_rooms", {}).items():
+            row["mutants"][room] = row["mutants"].get(room, 0) + n
+        s = figures["summary"]
+        row.update(killed=s["killed"], survived=s["survived"],
+                   not_judged=s["not_judged"] + len(figures.get("capped", [])))
+    return row
+
+
+def count(source: Path, changes: list, folder: Path) -> list:
+    """{room: mutants} of each change's blamed lines, from one generation of every file they touch."""
+    paths = sorted({p for lines in changes for p in lines})
+    counts = [{} for _ in changes]
+    if not paths:
         return counts
-    finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=source, capture_output=True)
-
-
-def timings(results_dir: Path, machine_key: str) -> dict | None:
-    """From the newest sampled run of this machine: {"children", "setup": {room: seconds}, "per_mutant": {room:
-    seconds}}, or None where there is none."""
-    from harness.run import results
-
-    runs = [results.load(p) for kind in TIMED_KINDS for p in [results_dir / kind / f"{machine_key}.json"]
-            if p.exists()]
-    runs = [r for r in runs if r["figures"].get("timings")]
-    if not runs:
-        return None
-    run = max(runs, key=lambda r: r["date"])
-    figures, setup, per = run["figures"], {}, {}
-    for group in figures["timings"]:
-        for room in group["rooms"]:  # generating the files' mutants, then the stats and clean runs
-            setup[room] = group.get("generate_seconds", 0.0) + (group["setup_seconds"] or 0.0)
-    for room in {m["room"] for m in figures["mutants"]}:
-        # a mutant's 0.0 is no timing (mutmut's meta before the log's seconds were read): never a free mutant
-        seconds = [m["seconds"] for m in figures["mutants"] if m["room"] == room and m["seconds"]]
-        if seconds:
-            per[room] = statistics.fmean(seconds)
-    return {"children": figures["children"], "setup": setup, "per_mutant": per, "from": f"{run['kind']} of "
-            f"{run['date'][:10]} at {run['commit'][:12]}"}
-
-
-def stage_seconds(counts: dict, timed: dict) -> float | None:
-    """The stage's time for one change: each set of tests it reaches pays its stats and clean runs, then its
-    mutants run `children` at a time. None where a room has no timing."""
-    by_tests = {}
-    for room, n in counts.items():
-        tests = mutant_rooms.selection(mutant_rooms.rooms([room])[0])
-        by_tests.setdefault(tests, []).append((room, n))
-    total = 0.0
-    for rooms in by_tests.values():
-        if any(room not in timed["per_mutant"] or room not in timed["setup"] for room, _ in rooms):
-            return None
-        total += max(timed["setup"][room] for room, _ in rooms)
-        total += sum(n * timed["per_mutant"][room] for room, n in rooms) / timed["children"]
-    return total
+    clone = folder / "clone"
+    subprocess.run(["git", "clone", "-q", "--shared", str(source), str(clone)], check=True, capture_output=True)
+    mutants.prepare(folder / "gen", (), clone, paths)
+    for m in mutants.generate(folder / "gen", paths):
+        if not mutant_rooms.decides(m.path, m.function):
+            continue
+        for lines, counted in zip(changes, counts):
+            if mutants.touching([m], lines):
+                room = mutant_rooms.room_of(m.path).name
+                counted[room] = counted.get(room, 0) + 1
+    return counts
 
 
 def main(argv=None) -> int:
     from harness.run import results
     from harness.run.cli import int_at_least
-    from harness.run.machine import hardware_key, machine_info
 
     parser = argparse.ArgumentParser(prog="fastpath-suite audit mutant-budget", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--commits", type=int_at_least(1), default=30, help="how many recent changes to measure")
-    parser.add_argument("--source", type=Path, default=ROOT, help="the checkout whose history is read")
+    parser.add_argument("--commits", type=int_at_least(1), default=8, help="how many recent changes to measure")
+    parser.add_argument("--count-only", action="store_true",
+                        help="count each change's mutants by room; run no stage (no times, no exits)")
+    parser.add_argument("--source", type=Path, default=ROOT, help="the checkout whose history and HEAD are read")
     results.add_arguments(parser)
     args = parser.parse_args(argv)
     progress = Progress("mutant-budget", quiet=args.quiet)
-    changes = recent_changes(args.commits, args.source)
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="mutant-budget-") as tmp:
-        for i, (commit, files) in enumerate(changes, 1):
-            progress.say(f"{i}/{len(changes)}: {commit[:12]} ({len(files)} file(s) of the scope)")
-            counts = touched_at(commit, files, Path(tmp), args.source)
-            rows.append({"commit": commit, "subject": git("log", "-1", "--format=%s", commit, cwd=args.source)[:80],
-                         "files": files, "mutants": counts, "total": sum(counts.values())})
-    key = hardware_key(machine_info("cpu"))
-    timed = timings(results.RESULTS_DIR, key)
+    try:
+        stage = ci_stage()
+        source = args.source.resolve()
+        changes = recent_changes(args.commits, source)
+        rows = []
+        for commit, files in changes:
+            lines = blamed_lines(commit, files, source)
+            rows.append({"commit": commit, "subject": git("log", "-1", "--format=%s", commit, cwd=source)[:80],
+                         "files": sorted(lines), "lines": sum(map(len, lines.values())), "mutants": {},
+                         "seconds": None, "exit": None})
+            rows[-1]["_lines"] = lines
+        with tempfile.TemporaryDirectory(prefix="mutant-budget-") as tmp:
+            if args.count_only:
+                progress.say(f"counting the mutants of {len(rows)} change(s)' lines (one generation)")
+                for row, counted in zip(rows, count(source, [r["_lines"] for r in rows], Path(tmp))):
+                    row["mutants"] = counted
+            else:
+                started = time.monotonic()
+                for i, row in enumerate(rows, 1):
+                    left = (time.monotonic() - started) / (i - 1) * (len(rows) - i + 1) if i > 1 else None
+                    progress.say(f"{i}/{len(rows)}: CI's stage on the {row['lines']} line(s) HEAD still has of "
+                                 f"{row['commit'][:12]}" + (f"; about {clock(left)} left" if left else ""))
+                    if not row["_lines"]:
+                        row.update(seconds=0.0, exit=0)  # nothing of it left at HEAD: the stage passes at once
+                        continue
+                    row.update(run_stage(source, row["_lines"], Path(tmp) / f"change-{i}", stage))
+    except BudgetError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     for row in rows:
-        row["seconds"] = stage_seconds(row["mutants"], timed) if timed else None
-    figures = summary(rows, timed)
-    results.write_if_asked(args, "mutants-budget", figures)
+        del row["_lines"]
+        row["total"] = sum(row["mutants"].values())
+    figures = summary(rows, stage, measured=not args.count_only)
+    results.write_if_asked(args, "mutants-budget", figures, commit=git("rev-parse", "HEAD", cwd=source))
     print(render_results(figures))
     return 0
 
 
-def summary(rows: list, timed: dict | None) -> dict:
-    totals = sorted(row["total"] for row in rows)
-    seconds = sorted(row["seconds"] for row in rows if row["seconds"] is not None)
+def quantile(values: list, q: float):
+    values = sorted(values)
+    return values[min(len(values) - 1, math.ceil(q * len(values)) - 1)] if values else None
 
-    def quantile(values, q):
-        return values[min(len(values) - 1, math.ceil(q * len(values)) - 1)] if values else None
 
-    return {"changes": rows, "timings": timed, "mutants_median": statistics.median(totals) if totals else None,
-            "mutants_p90": quantile(totals, 0.9), "mutants_max": totals[-1] if totals else None,
-            "seconds_p90": quantile(seconds, 0.9), "seconds_max": seconds[-1] if seconds else None}
+def summary(rows: list, stage: dict, measured: bool) -> dict:
+    totals = [row["total"] for row in rows]
+    seconds = [row["seconds"] for row in rows if row["seconds"] is not None]
+    return {"changes": rows, "stage": stage, "measured": measured,
+            "mutants_median": statistics.median(totals) if totals else None, "mutants_p90": quantile(totals, 0.9),
+            "mutants_max": max(totals, default=None), "over_cap": sum(t > stage["max_mutants"] for t in totals),
+            "seconds_median": statistics.median(seconds) if seconds else None,
+            "seconds_p90": quantile(seconds, 0.9), "seconds_max": max(seconds, default=None),
+            "not_fitting": sum(row["exit"] == 3 for row in rows)}
 
 
 def render_results(figures: dict) -> str:
-    rows = figures["changes"]
-    out = [f"{len(rows)} recent change(s) of the mutation scope: mutants of their changed lines, median "
-           f"{figures['mutants_median']}, 90th percentile {figures['mutants_p90']}, most {figures['mutants_max']}.", ""]
-    timed = figures["timings"]
-    if timed:
-        out += [f"The stage's time for each, estimated from the timings of {timed['from']} ({timed['children']} "
-                f"worker(s)): 90th percentile {clock(figures['seconds_p90'] or 0)}, most "
-                f"{clock(figures['seconds_max'] or 0)}.", ""]
+    rows, stage = figures["changes"], figures["stage"]
+    out = [f"{len(rows)} recent change(s) of the mutation scope, replayed on the lines HEAD still has of each: "
+           f"mutants of those lines median {figures['mutants_median']}, 90th percentile {figures['mutants_p90']}, "
+           f"most {figures['mutants_max']}; {figures['over_cap']} over CI's cap of {stage['max_mutants']}.", ""]
+    if figures["measured"]:
+        out += [f"CI's stage (budget {stage['budget']} s) on each, timed: median {clock(figures['seconds_median'] or 0)}"
+                f", 90th percentile {clock(figures['seconds_p90'] or 0)}, most {clock(figures['seconds_max'] or 0)}; "
+                f"{figures['not_fitting']} of {len(rows)} did not fit (not judged: past the cap or the budget).", ""]
     else:
-        out += ["Not timed: no sampled run of this machine with timings in results/ (run `fastpath-suite audit "
-                "mutants --sample 300 --results results/` first).", ""]
-    out += ["| commit | change | mutants by room | all | stage, estimated |", "|---|---|---|---:|---:|"]
+        out += ["Counted only (--count-only): no stage ran, so no times.", ""]
+    out += ["| commit | change | lines at HEAD | mutants by room | all | stage | exit |",
+            "|---|---|---:|---|---:|---:|---|"]
     for row in rows:
         rooms = ", ".join(f"{room} {n}" for room, n in sorted(row["mutants"].items())) or "none"
         took = "n/a" if row["seconds"] is None else clock(row["seconds"])
-        out += [f"| `{row['commit'][:12]}` | {row['subject'].replace('|', '/')} | {rooms} | {row['total']} | {took} |"]
+        exit_ = "n/a" if row["exit"] is None else EXITS.get(row["exit"], str(row["exit"]))
+        out += [f"| `{row['commit'][:12]}` | {row['subject'].replace('|', '/')} | {row['lines']} | {rooms} | "
+                f"{row['total']} | {took} | {exit_} |"]
     return "\n".join(out) + "\n"
 
 

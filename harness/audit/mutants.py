@@ -793,7 +793,7 @@ def _main(args, progress: Progress) -> int:
                "sample_role": (f"training, {args.training} its tests" if args.training else
                                "training" if seed in trained else "fresh"),
                "run": len(chosen), "summary": summary, "unconfirmed": ran["unconfirmed"],
-               "capped": [m.name for m in capped], "widened": widened, "timings": timings, "broken": broken,
+               "capped": [m.name for m in capped], "capped_rooms": _by_room(capped), "widened": widened, "timings": timings, "broken": broken,
                "mutants": [asdict(m) for m in chosen]}
     if kind:
         results.write_if_asked(args, kind, figures, commit=commit, dirty=dirty)
@@ -855,6 +855,13 @@ def widen(chosen: list, ran: dict, whole: dict, folders: dict, work: Path, args,
         for m in part:  # mutmut's meta holds no code for a mutant it did not run ("no tests" it gives unrun)
             ran["codes"][m.name] = got.get("codes", {}).get(m.name) or (None, None)
     return [m.name for part in by_tests.values() for m in part]
+
+
+def _by_room(found: list) -> dict:
+    rooms = {}
+    for m in found:
+        rooms[m.room] = rooms.get(m.room, 0) + 1
+    return rooms
 
 
 def report(figures: dict, chosen: list) -> str:
