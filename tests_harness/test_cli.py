@@ -330,7 +330,7 @@ EXAMPLE_MARKS = {
     "audit known-answer": [pytest.mark.slow],
     "audit speed-gate-check": [pytest.mark.slow],  # about 15 minutes
     "audit mutants": [pytest.mark.slow],
-    "audit mutant-budget": [pytest.mark.slow],  # every mutant of three commits generated: 10-20 minutes here
+    "audit mutant-budget": [pytest.mark.slow],  # the mutants of the files of three changes generated: minutes
     "audit shards": [pytest.mark.slow],  # the default run twice
     "maintain goldens": [pytest.mark.slow],
     "maintain behaviour": [pytest.mark.slow],

@@ -1,38 +1,101 @@
-"""The measure behind CI's mutants stage (harness.audit.mutant_budget): each change's mutants by room, and the
-stage's time for them from a sampled run's timings."""
+"""The measure behind CI's mutants stage (harness.audit.mutant_budget): each recent change's lines as HEAD still has
+them, replayed so that CI's own stage judges exactly those lines, and the figures of the stage's runs."""
 
 from __future__ import annotations
 
-import json
+import subprocess
 
 import pytest
 
-from harness.audit import mutant_budget, mutant_rooms
+from harness.audit import mutant_budget, mutant_rooms, mutants
 
-TIMED = {"children": 2, "setup": {"patches": 300.0, "gpu": 300.0, "gate": 60.0},
-         "per_mutant": {"patches": 10.0, "gpu": 4.0, "gate": 2.0}, "from": "mutants of 2026-12-06 at abc"}
-
-
-def test_a_change_pays_each_set_of_tests_once_then_its_mutants_two_at_a_time():
-    # patches and gpu share their tests: one stats run (the longer setup), then (10 x 10 s + 5 x 4 s) / 2
-    assert mutant_budget.stage_seconds({"patches": 10, "gpu": 5}, TIMED) == pytest.approx(300 + 60)
-    # a harness room has its own tests: its setup is paid as well
-    assert mutant_budget.stage_seconds({"patches": 10, "gate": 6}, TIMED) == pytest.approx(300 + 50 + 60 + 6)
-    assert mutant_budget.stage_seconds({}, TIMED) == 0.0
-    # a room the sampled run did not time: no estimate, never a guess
-    assert mutant_budget.stage_seconds({"quality": 3}, TIMED) is None
+PATH = "fastpath/registry.py"  # a file of the scope: recent_changes reads only those
 
 
-def test_the_summary_reads_the_percentile_of_the_changes():
-    rows = [{"commit": f"{i:040x}", "subject": "s", "files": [], "mutants": {"gate": i}, "total": i,
-             "seconds": mutant_budget.stage_seconds({"gate": i}, TIMED)} for i in range(1, 11)]
-    figures = mutant_budget.summary(rows, TIMED)
-    assert (figures["mutants_median"], figures["mutants_p90"], figures["mutants_max"]) == (5.5, 9, 10)
-    assert figures["seconds_p90"] == pytest.approx(60 + 9) and figures["seconds_max"] == pytest.approx(70)
+def git(cwd, *args):
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def commit(repo, lines, message):
+    (repo / PATH).write_text("\n".join(lines) + "\n")
+    git(repo, "add", PATH)
+    git(repo, "commit", "-qm", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def history(tmp_path):
+    """A history of four changes on main: A writes five lines, B rewrites lines 2 and 3, C rewrites line 3 again, and
+    a merge brings a branch's commit E that rewrote line 5 (the branch starts at C)."""
+    repo = tmp_path / "repo"
+    (repo / "fastpath").mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    lines = [f"line {i}" for i in range(1, 6)]
+    a = commit(repo, lines, "A")
+    b = commit(repo, lines[:1] + ["two by B", "three by B"] + lines[3:], "B")
+    c = commit(repo, lines[:1] + ["two by B", "three by C"] + lines[3:], "C")
+    git(repo, "checkout", "-q", "-b", "side")
+    e = commit(repo, lines[:1] + ["two by B", "three by C", "line 4", "five by E"], "E")
+    git(repo, "checkout", "-q", "main")
+    (repo / "other.txt").write_text("not in the scope\n")
+    git(repo, "add", "other.txt")
+    git(repo, "commit", "-qm", "outside the scope")
+    git(repo, "merge", "-q", "--no-ff", "-m", "merge side", "side")
+    merge = git(repo, "rev-parse", "HEAD")
+    return repo, {"A": a, "B": b, "C": c, "E": e, "merge": merge}
+
+
+def test_each_change_is_the_lines_head_still_blames_on_it_a_merge_those_of_what_it_brought(history):
+    repo, ids = history
+    changes = mutant_budget.recent_changes(10, repo)
+    # newest first, the change outside the scope left out; A, the root, has no parent to diff against
+    assert [c for c, _ in changes] == [ids["merge"], ids["C"], ids["B"]]
+    assert all(files == [PATH] for _, files in changes)
+    blamed = {c: mutant_budget.blamed_lines(c, files, repo) for c, files in changes}
+    assert blamed[ids["merge"]] == {PATH: {5}}  # E's line, brought in by the merge
+    assert blamed[ids["C"]] == {PATH: {3}}
+    assert blamed[ids["B"]] == {PATH: {2}}  # its line 3 is C's now
+    assert mutant_budget.blamed_lines(ids["B"], ["fastpath/gone.py"], repo) == {}
+
+
+def test_a_replayed_change_is_exactly_its_lines_to_the_stages_diff(history, tmp_path):
+    repo, ids = history
+    clone, side = mutant_budget.replay(repo, {PATH: {2, 5}}, tmp_path / "replay")
+    assert git(clone, "rev-parse", "HEAD") == ids["merge"]  # the stage judges HEAD's code, unmarked
+    assert (clone / PATH).read_text() == (repo / PATH).read_text()
+    assert mutants.changed_lines(side, clone) == {PATH: {2, 5}}
+    assert git(repo, "branch", "--list", "replay") == ""  # the source checkout is left as it was
+
+
+def test_the_stage_measured_is_the_one_ci_runs(tmp_path):
+    stage = mutant_budget.ci_stage()
+    line = f"--changed-since auto --max-mutants {stage['max_mutants']} --budget {stage['budget']}"
+    assert line in mutant_budget.CI.read_text()
+    moved = tmp_path / "run"
+    moved.write_text(".venv/bin/fastpath-suite audit mutants --changed-since auto\n")  # the cap and budget gone
+    with pytest.raises(mutant_budget.BudgetError, match=r"no line .* \(CI's mutants stage\) to measure"):
+        mutant_budget.ci_stage(moved)
+
+
+def row(i, total, seconds, exit_code):
+    return {"commit": f"{i:040x}", "subject": "s|t", "files": [], "lines": 3, "mutants": {"gate": total},
+            "total": total, "seconds": seconds, "exit": exit_code}
+
+
+def test_the_summary_counts_the_changes_over_the_cap_and_those_the_stage_did_not_fit():
+    stage = {"max_mutants": 40, "budget": 1200}
+    rows = [row(i, i * 10, 100.0 * i, 3 if i * 10 > 40 else 0) for i in range(1, 11)]
+    figures = mutant_budget.summary(rows, stage, measured=True)
+    assert (figures["mutants_median"], figures["mutants_p90"], figures["mutants_max"]) == (55.0, 90, 100)
+    assert figures["over_cap"] == 6 and figures["not_fitting"] == 6
+    assert (figures["seconds_p90"], figures["seconds_max"]) == (900.0, 1000.0)
     text = mutant_budget.render_results(figures)
-    assert "90th percentile 9" in text and "| gate 10 | 10 |" in text
-    untimed = mutant_budget.render_results(mutant_budget.summary(rows, None))
-    assert "Not timed" in untimed
+    assert "6 over CI's cap of 40" in text and "6 of 10 did not fit" in text and "| gate 30 | 30 | 5:00 | passed |" \
+        in text and "| s/t |" in text
+    counted = mutant_budget.summary([dict(r, seconds=None, exit=None) for r in rows], stage, measured=False)
+    assert "no stage ran, so no times" in mutant_budget.render_results(counted)
+    assert counted["seconds_p90"] is None and counted["not_fitting"] == 0
 
 
 def test_every_room_has_a_selection_of_its_own():
@@ -40,21 +103,3 @@ def test_every_room_has_a_selection_of_its_own():
         selection = mutant_rooms.selection(room)
         assert selection[: len(room.tests)] == room.tests
         assert all(s.startswith("--deselect=") for s in selection[len(room.tests):])
-
-
-def test_a_sampled_run_whose_mutants_took_zero_seconds_times_no_mutant(tmp_path):
-    """A mutant recorded at 0.0 s is a missing timing (mutmut's meta before its log's seconds were read), not a free
-    mutant: the room gets no per-mutant figure, so the stage's time is not estimated rather than underestimated."""
-    key = "cpu-test-2c-2t"
-    mutants_of = lambda seconds: [{"room": "gate", "seconds": s} for s in seconds]  # noqa: E731
-    for kind, seconds, date in (("mutants", [0.0, 0.0], "2026-12-07"), ("mutants-before", [3.0, 5.0], "2026-12-01")):
-        (tmp_path / kind).mkdir()
-        figures = {"children": 2, "mutants": mutants_of(seconds), "timings": [
-            {"rooms": ["gate"], "generate_seconds": 10.0, "setup_seconds": 50.0}]}
-        (tmp_path / kind / f"{key}.json").write_text(json.dumps(
-            {"format": "fastpath-results", "version": 1, "kind": kind, "machine": {}, "machine_key": key,
-             "machine_summary": "test", "commit": "a" * 40, "dirty": False, "date": date, "command": "c",
-             "figures": figures}))
-    timed = mutant_budget.timings(tmp_path, key)
-    assert timed["setup"] == {"gate": 60.0} and timed["per_mutant"] == {}, timed
-    assert mutant_budget.stage_seconds({"gate": 4}, timed) is None

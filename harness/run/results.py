@@ -71,7 +71,7 @@ KINDS = {
                       "audit mutants --training after"),
     "mutants-change": ("Mutants of a change's lines (CI's stage)", "audit mutants --changed-since"),
     "mutants-gpu": ("Mutants only a GPU run can observe, run on a device", "audit mutants --needs-gpu"),
-    "mutants-budget": ("Mutants of recent changes, and the time CI's mutants stage needs for them",
+    "mutants-budget": ("Mutants of recent changes, and CI's mutants stage timed on each",
                        "audit mutant-budget"),
     "serving": ("Serving: omnivoice-server with fastpath against stock", "serve-check"),
     "name": ("The distribution's name on the package index", "maintain name-check"),
