@@ -132,23 +132,27 @@ def test_set_up_wrong(broken):
 """ + "".join(f"\n\n@pytest.mark.skip(reason='not here')\ndef test_skipped_{i}():\n    pass\n" for i in range(60))
 
 
-@pytest.mark.parametrize("run, named", [
-    (True, "2 test(s) failed on the unmutated code:\n  tests_x/test_x.py::test_wrong (call)\n"
-           "  tests_x/test_x.py::test_set_up_wrong (setup)\n"),
-    (False, "no test was reported failing (a crash, or pytest's own error); its output ends:"),
-], ids=["a-test-fails", "no-test-ran"])
-def test_a_run_that_stops_before_any_mutant_names_the_tests_that_failed(tmp_path, run, named):
+@pytest.mark.parametrize("run, broken_import, named", [
+    (True, False, "2 test(s) failed on the unmutated code:\n  tests_x/test_x.py::test_wrong (call)\n"
+                  "  tests_x/test_x.py::test_set_up_wrong (setup)\n"),
+    # a test file that cannot be imported: pytest stops after collection, and the file is what is named
+    (True, True, "1 test(s) failed on the unmutated code:\n  tests_x/test_broken.py (collection)\n"),
+    (False, False, "no test was reported failing (a crash, or pytest's own error); its output ends:"),
+], ids=["a-test-fails", "a-file-fails-to-import", "no-test-ran"])
+def test_a_run_that_stops_before_any_mutant_names_the_tests_that_failed(tmp_path, run, broken_import, named):
     """mutmut prints its spinner and "failed to collect stats" when a test fails on the unmutated code, never the
     test: the error names each failing test (harness.audit.failures), however long pytest's summary, and says so
     when no test was reported (a crash before pytest, or pytest's own error)."""
     stand_in_mutmut(tmp_path, FAKE_MUTMUT.format(root=str(ROOT), run=run))
     (tmp_path / "tests_x").mkdir()
     (tmp_path / "tests_x" / "test_x.py").write_text(TESTS_X)
+    if broken_import:
+        (tmp_path / "tests_x" / "test_broken.py").write_text("import no_such_module_here\n")
     with pytest.raises(mutants.MutantsError) as err:
         mutants.run_mutants(tmp_path, [mutant()], 1, None, Progress("test", quiet=True), tests=("tests_x",))
     message = str(err.value)
     assert named in message, message
-    assert "\u2819" not in message and "failed to collect stats. runner returned 1" in message, message
+    assert "\u2819" not in message and re.search(r"failed to collect stats\. runner returned [12]\b", message), message
 
 
 def test_a_mutants_seconds_come_from_mutmuts_log_where_its_meta_says_zero(tmp_path):
