@@ -57,6 +57,9 @@ def test_each_change_is_the_lines_head_still_blames_on_it_a_merge_those_of_what_
     assert blamed[ids["C"]] == {PATH: {3}}
     assert blamed[ids["B"]] == {PATH: {2}}  # its line 3 is C's now
     assert mutant_budget.blamed_lines(ids["B"], ["fastpath/gone.py"], repo) == {}
+    # read at a given commit, whatever the checkout holds now: at C, the merge is not there yet
+    assert [c for c, _ in mutant_budget.recent_changes(10, repo, ids["C"])] == [ids["C"], ids["B"]]
+    assert mutant_budget.blamed_lines(ids["B"], [PATH], repo, ids["B"]) == {PATH: {2, 3}}
 
 
 def test_a_replayed_change_is_exactly_its_lines_to_the_stages_diff(history, tmp_path):
@@ -66,6 +69,9 @@ def test_a_replayed_change_is_exactly_its_lines_to_the_stages_diff(history, tmp_
     assert (clone / PATH).read_text() == (repo / PATH).read_text()
     assert mutants.changed_lines(side, clone) == {PATH: {2, 5}}
     assert git(repo, "branch", "--list", "replay") == ""  # the source checkout is left as it was
+    # a commit given: the clone holds that commit's code, the marks on its lines
+    clone, side = mutant_budget.replay(repo, {PATH: {3}}, tmp_path / "at-c", ids["C"])
+    assert git(clone, "rev-parse", "HEAD") == ids["C"] and mutants.changed_lines(side, clone) == {PATH: {3}}
 
 
 def test_the_stage_measured_is_the_one_ci_runs(tmp_path):

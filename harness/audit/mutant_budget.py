@@ -54,10 +54,11 @@ def ci_stage(path: Path = CI) -> dict:
     return {"max_mutants": int(found[1]), "budget": int(found[2])}
 
 
-def recent_changes(n: int, source: Path = ROOT) -> list:
-    """The last `n` first-parent commits that changed a file of the scope, newest first, as (commit, files)."""
+def recent_changes(n: int, source: Path = ROOT, head: str = "HEAD") -> list:
+    """The last `n` first-parent commits up to `head` that changed a file of the scope, newest first, as (commit,
+    files)."""
     found = []
-    for commit in git("rev-list", "--first-parent", "HEAD", cwd=source).split():
+    for commit in git("rev-list", "--first-parent", head, cwd=source).split():
         parent = git("rev-list", "--parents", "-n", "1", commit, cwd=source).split()[1:2]
         if not parent:
             break
@@ -69,15 +70,16 @@ def recent_changes(n: int, source: Path = ROOT) -> list:
     return found
 
 
-def blamed_lines(commit: str, files: list, source: Path = ROOT) -> dict:
-    """{path: the lines (1-based) of HEAD's file that git blame gives to `commit`, or, for a merge, to a commit it
-    brought in}; files gone since are left out."""
+def blamed_lines(commit: str, files: list, source: Path = ROOT, head: str = "HEAD") -> dict:
+    """{path: the lines (1-based) of the file at `head` that git blame gives to `commit`, or, for a merge, to a
+    commit it brought in}; files gone since are left out."""
     brought = set(git("rev-list", f"{commit}^1..{commit}", cwd=source).split())
+    there = set(git("ls-tree", "-r", "--name-only", head, "--", *files, cwd=source).split())
     out = {}
     for path in files:
-        if not (source / path).is_file():
+        if path not in there:
             continue
-        porcelain = git("blame", "--porcelain", "HEAD", "--", path, cwd=source)
+        porcelain = git("blame", "--porcelain", head, "--", path, cwd=source)
         # a header line: <40 hex> <line in the original> <line in the final file> [<lines in the group>]
         lines = {int(final) for sha, final in re.findall(r"(?m)^([0-9a-f]{40}) \d+ (\d+)", porcelain)
                  if sha in brought}
@@ -86,13 +88,13 @@ def blamed_lines(commit: str, files: list, source: Path = ROOT) -> dict:
     return out
 
 
-def replay(source: Path, lines: dict, folder: Path) -> tuple:
-    """A clone of `source`'s HEAD in `folder` and, on a side branch, a commit that marks each of `lines`: (the clone,
-    the side commit). `changed_lines(side commit, clone)` is then `lines`."""
+def replay(source: Path, lines: dict, folder: Path, head: str | None = None) -> tuple:
+    """A clone of `source` at `head` (its HEAD by default) in `folder` and, on a side branch, a commit that marks
+    each of `lines`: (the clone, the side commit). `changed_lines(side commit, clone)` is then `lines`."""
     clone = folder / "clone"
     subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(source), str(clone)], check=True,
                    capture_output=True)
-    head = git("rev-parse", "HEAD", cwd=source)
+    head = head or git("rev-parse", "HEAD", cwd=source)
     git("checkout", "-q", "-b", "replay", head, cwd=clone)
     for path, numbers in lines.items():
         text = (clone / path).read_text().split("\n")
@@ -106,10 +108,10 @@ def replay(source: Path, lines: dict, folder: Path) -> tuple:
     return clone, side
 
 
-def run_stage(source: Path, lines: dict, folder: Path, stage: dict) -> dict:
-    """CI's stage on `lines` of `source`'s HEAD: {"seconds", "exit", "mutants": {room: n}, "killed", "survived",
-    "not_judged"}."""
-    clone, side = replay(source, lines, folder)
+def run_stage(source: Path, lines: dict, folder: Path, stage: dict, head: str) -> dict:
+    """CI's stage on `lines` of `source` at commit `head`: {"seconds", "exit", "mutants": {room: n}, "killed",
+    "survived", "not_judged"}."""
+    clone, side = replay(source, lines, folder, head)
     out = folder / "results"
     command = [sys.executable, "-m", "harness", "audit", "mutants", "--changed-since", side, "--source", str(clone),
                "--max-mutants", str(stage["max_mutants"]), "--budget", str(stage["budget"]),
@@ -135,14 +137,16 @@ def run_stage(source: Path, lines: dict, folder: Path, stage: dict) -> dict:
     return row
 
 
-def count(source: Path, changes: list, folder: Path) -> list:
-    """{room: mutants} of each change's blamed lines, from one generation of every file they touch."""
+def count(source: Path, changes: list, folder: Path, head: str = "HEAD") -> list:
+    """{room: mutants} of each change's blamed lines, from one generation of every file they touch at `head`."""
     paths = sorted({p for lines in changes for p in lines})
     counts = [{} for _ in changes]
     if not paths:
         return counts
     clone = folder / "clone"
-    subprocess.run(["git", "clone", "-q", "--shared", str(source), str(clone)], check=True, capture_output=True)
+    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(source), str(clone)], check=True,
+                   capture_output=True)
+    git("checkout", "-q", "--detach", head, cwd=clone)
     mutants.prepare(folder / "gen", (), clone, paths)
     for m in mutants.generate(folder / "gen", paths):
         if not mutant_rooms.decides(m.path, m.function):
@@ -170,10 +174,12 @@ def main(argv=None) -> int:
     try:
         stage = ci_stage()
         source = args.source.resolve()
-        changes = recent_changes(args.commits, source)
+        # one commit measured, whatever lands in the checkout while the stages run
+        head = git("rev-parse", "HEAD", cwd=source)
+        changes = recent_changes(args.commits, source, head)
         rows = []
         for commit, files in changes:
-            lines = blamed_lines(commit, files, source)
+            lines = blamed_lines(commit, files, source, head)
             rows.append({"commit": commit, "subject": git("log", "-1", "--format=%s", commit, cwd=source)[:80],
                          "files": sorted(lines), "lines": sum(map(len, lines.values())), "mutants": {},
                          "seconds": None, "exit": None})
@@ -181,7 +187,7 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory(prefix="mutant-budget-") as tmp:
             if args.count_only:
                 progress.say(f"counting the mutants of {len(rows)} change(s)' lines (one generation)")
-                for row, counted in zip(rows, count(source, [r["_lines"] for r in rows], Path(tmp))):
+                for row, counted in zip(rows, count(source, [r["_lines"] for r in rows], Path(tmp), head)):
                     row["mutants"] = counted
             else:
                 started = time.monotonic()
@@ -192,7 +198,7 @@ def main(argv=None) -> int:
                     if not row["_lines"]:
                         row.update(seconds=0.0, exit=0)  # nothing of it left at HEAD: the stage passes at once
                         continue
-                    row.update(run_stage(source, row["_lines"], Path(tmp) / f"change-{i}", stage))
+                    row.update(run_stage(source, row["_lines"], Path(tmp) / f"change-{i}", stage, head))
     except BudgetError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -200,7 +206,7 @@ def main(argv=None) -> int:
         del row["_lines"]
         row["total"] = sum(row["mutants"].values())
     figures = summary(rows, stage, measured=not args.count_only)
-    results.write_if_asked(args, "mutants-budget", figures, commit=git("rev-parse", "HEAD", cwd=source))
+    results.write_if_asked(args, "mutants-budget", figures, commit=head)
     print(render_results(figures))
     return 0
 
