@@ -69,12 +69,13 @@ def test_the_gates_own_failures_exit_2_with_the_reason(failure, monkeypatch, tmp
 
     monkeypatch.setattr(gate, "run_gate", broken)
     assert gate.main(["omnivoice==9.9.9", "--out", str(tmp_path)]) == 2
-    assert "error: the gate could not run" in capsys.readouterr().err
+    reason = str(failure) if isinstance(failure, cand.CandidateError) else f"{type(failure).__name__}: {failure}"
+    assert f"error: the gate could not run: {reason}\n" in capsys.readouterr().err
 
 
 def test_a_source_the_gate_cannot_reach_is_never_a_verdict_on_the_candidate(monkeypatch, tmp_path):
-    """run_gate: an install failure on the gate's side (gate_side) propagates (exit 2, no verdict); one of the
-    candidate's own is the install row of a could-not-run verdict."""
+    """run_gate: an install failure on the gate's side (gate_side) propagates (exit 2, no verdict). (One of the
+    candidate's own is the install row of a could-not-run verdict: tests_harness/test_gate_candidates.py.)"""
     def prepare(spec, fresh=False):
         raise cand.CandidateError(f"cannot reach {spec.text}", gate_side=spec.kind != "current")
 
@@ -143,11 +144,11 @@ def test_an_index_that_cannot_be_reached_is_the_gates_side_and_a_missing_version
     assert not missing.value.gate_side and "No matching distribution" in str(missing.value), str(missing.value)
 
 
-def test_the_verdict_file_keeps_its_fields_and_adds_the_exit_status(tmp_path):
+def test_the_verdict_keeps_its_fields_and_adds_the_exit_status(tmp_path):
     report = report_of(planted("must-not-ship"))
     for key in ("ship", "state", "blocked_by", "not_run", "errors", "reason", "checks", "not_applicable", "api"):
         assert key in report, key
-    assert json.loads(json.dumps(report))["exit_status"] == 1
+    assert report["exit_status"] == gate.EXIT["must-not-ship"] == 1
 
 
 # --- the command line: what main hands run_gate, what it prints, what it refuses ------------------------------

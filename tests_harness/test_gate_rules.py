@@ -823,7 +823,8 @@ def quality_world(monkeypatch, tmp_path, no_checkpoint_found):
 
     def read_set(given):
         world.calls.append(("read_set", given))
-        return sets.EvalSet(path, "seed-tts", items)
+        world.read = sets.EvalSet(path, "seed-tts", items)
+        return world.read
 
     def loader(kind, made):
         def load(name=None):
@@ -879,10 +880,10 @@ def test_a_set_is_generated_in_each_environment_and_judged_item_by_item_against_
     assert world.calls == [
         ("read_set", world.path), ("load_judge", "/judges/whisper"), ("load_voice_judge", "/judges/wavlm"),
         ("load_mos_judge", "/judges/utmos.pt"),
-        ("compare_set_folders", (world.judges["wer"], world.calls[-1][1][1], folders["against"], folders["candidate"]),
+        ("compare_set_folders", (world.judges["wer"], world.read, folders["against"], folders["candidate"]),
          {"label": "candidate", "pack_dir": world.out / "quality-set" / "pack", "voice_judge": world.judges["sim"],
           "mos_judge": world.judges["mos"]})]
-    assert world.calls[-1][1][1].items[1].language == "zh", "the set read is the set judged"
+    assert world.calls[-1][1][1] is world.read and world.read.items[1].language == "zh", "the set read is judged"
     assert world.log == ["quality-set: generating 3 items in the against environment (espeak)",
                          "quality-set: generating 3 items in the candidate environment (espeak)",
                          "quality-set: judging 3 items on WER, SIM, MOS, candidate against --against"]
@@ -941,6 +942,18 @@ def test_a_failing_metric_blocks_naming_it_and_the_listening_pack(quality_world)
     written = json.loads((world.out / "quality-set" / "verdict.json").read_text())
     assert (written["passed"], written["judged"], [m["metric"] for m in written["metrics"]]) == (
         False, ["sim", "mos"], ["SIM", "MOS-OVRL", "MOS-P808"])
+
+
+def test_a_verdicts_metric_rows_are_in_the_units_a_reader_compares():
+    """gate.metric_figures, the rows of verdict.json, against figures worked by hand: WER in points (x 100, lower is
+    better), a score in its own unit (higher is better), the bounds those of candidate - reference."""
+    assert gate.metric_figures(wer_verdict("fail")) == {
+        "metric": "WER", "verdict": "fail", "unit": "WER points", "better": "lower", "ref": pytest.approx(5.0),
+        "cand": pytest.approx(5.1), "delta": pytest.approx(0.1), "lower": pytest.approx(-0.2),
+        "upper": pytest.approx(0.4), "margin": pytest.approx(1.0), "clips": 3, "judge": "whisper"}
+    assert gate.metric_figures(score("SIM")) == {
+        "metric": "SIM", "verdict": "pass", "unit": "u", "better": "higher", "ref": 0.8, "cand": 0.81, "delta": 0.01,
+        "lower": -0.01, "upper": 0.03, "margin": 0.02, "clips": 3, "judge": "SIM judge"}
 
 
 def test_a_comparison_with_only_the_wer_verdict_is_judged_on_wer(quality_world):

@@ -193,7 +193,8 @@ def made_point(**changes) -> dict:
      "waveform_rms: moved 5e-06 at waveform 0, block 1 (tolerance 1e-06)"),
     # another number of entries, or of values in one entry, is reported as such
     ("waveform_rms", [[0.5, 0.25]], [[0.5, 0.25], [0.5, 0.25]], "waveform_rms: 1 vs 2 entries"),
-    ("logits_moments", [[0.0, 4.0, 1.0]], [[0.0, 4.0]], "logits_moments: 1 vs 1 entries"),
+    ("logits_moments", [[0.0, 4.0, 1.0]], [[0.0, 4.0]], "logits_moments: entry 0 has 3 vs 2 values"),
+    ("waveform_rms", [[0.5, 0.25], [0.5]], [[0.5, 0.25], [0.5, 0.25]], "waveform_rms: entry 1 has 1 vs 2 values"),
 ])
 def test_a_portable_summary_names_how_far_and_where_it_moved_beyond_its_tolerance(part, observed, golden, expected):
     assert goldens._summary_difference(part, observed, golden) == expected
@@ -217,6 +218,14 @@ def test_a_portable_summary_names_how_far_and_where_it_moved_beyond_its_toleranc
 def test_compare_point_lists_each_part_that_differs_in_order_and_nothing_else(observed, expected):
     """Without a key, the hashes are compared under the observed point's own numerics key."""
     assert goldens.compare_point(observed, made_point()) == expected
+
+
+def test_without_a_key_the_hashes_compared_are_those_of_the_observed_points_own_key():
+    # the golden lists another machine's hashes first: they are not this point's
+    golden = made_point(exact={"machine-z": hashes("z"), "machine-a": hashes("a")})
+    assert goldens.compare_point(made_point(), golden) == []
+    moved = made_point(exact={"machine-a": {**hashes("a"), "decoded": "other"}})
+    assert goldens.compare_point(moved, golden) == ["decoded: sha256 differs (exact, recorded for this machine)"]
 
 
 def test_compare_point_compares_the_hashes_of_the_key_it_is_given_and_says_which_are_not_recorded():
@@ -271,7 +280,9 @@ def recorded_file() -> dict:
 
 
 def test_merging_adds_this_machines_hashes_and_missing_summaries_and_keeps_the_recorded_ones():
-    ours = {"omnivoice": "0.2.1", "points": {"auto": made_point(exact={"machine-b": hashes("b")}),
+    # our auto point's RMS moved within its tolerance: the recorded figures stay, ours only fill what is missing
+    ours = {"omnivoice": "0.2.1", "points": {"auto": made_point(waveform_rms=[[0.5, 0.25 + 1e-7]],
+                                                                exact={"machine-b": hashes("b")}),
                                              "clone": made_point(waveform_rms=[[0.5, 0.25 + 1e-7]],
                                                                  exact={"machine-b": hashes("b")})}}
     recorded = recorded_file()

@@ -82,7 +82,8 @@ def test_a_changed_transformers_source_runs_the_llms_own_forward_and_says_so(mod
         if not loop.gemm_rows_independent(model):
             strict.not_applicable("a GEMM padded beyond its row count", "exact only where a row's bits ignore the "
                                   "call's row count; this machine's do not (loop.gemm_rows_independent is False): the "
-                                  "'own rows' case checks the fallback here")
+                                  "'own rows' case checks the fallback here; start Python with MKL_CBWR=AVX2,STRICT (or "
+                                  "AUTO,STRICT) to make MKL's rows independent and run this case")
         found, down = loop.row_count, tuple(model.llm.layers[0].mlp.down_proj.weight.shape)
         monkeypatch.setattr(loop, "row_count", lambda weights, rows, count, least: (
             n if (n := found(weights, rows, count, least)) is None or tuple(weights[0].shape) != down
@@ -225,6 +226,7 @@ def test_lean_llm_applies_every_norms_weight(model, layers):
         llm = copy.deepcopy(model.llm)  # with trimmed_cfg's attention wrapper
         llm.layers = llm.layers[:layers]
         llm.config.num_hidden_layers, llm.config.layer_types = layers, llm.config.layer_types[:layers]
+        plain = copy.deepcopy(llm)  # as many layers, its norm weights left at one: the control below
         generator = torch.Generator().manual_seed(11)
         norms = [p for name, p in llm.named_parameters() if name.endswith("norm.weight")]
         assert len(norms) == 4 * len(llm.layers) + 1 and all(bool((p == 1).all()) for p in norms)
@@ -238,7 +240,7 @@ def test_lean_llm_applies_every_norms_weight(model, layers):
             own = llm(inputs_embeds=embeds, attention_mask=packed.attention_mask, return_dict=True,
                       position_ids=packed.position_ids, fastpath_unpacking=packed.unpacking)[0]
         lean = loop.lean_llm(stand_in, embeds, packed)
-        ones = loop.lean_llm(model, embeds, loop.Packed(**{**vars(packed), "buffers": {}}))
+        ones = loop.lean_llm(SimpleNamespace(llm=plain), embeds, loop.Packed(**{**vars(packed), "buffers": {}}))
     assert torch.equal(lean, own), f"lean_llm differs from the LLM's forward, max |diff| {(lean - own).abs().max()}"
     assert not torch.equal(lean, ones), "the random norm weights changed nothing"
 

@@ -110,6 +110,10 @@ def test_the_deepcopy_hook_is_installed_once_however_many_applies_and_removed_wi
         hook = model.__dict__["__deepcopy__"]
         fastpath.apply(model, fastpath.LOSSLESS[1:2])
         assert model.__dict__["__deepcopy__"] is hook, "a second apply installed the copy hook again"
+        fastpath.revert(model, fastpath.LOSSLESS[:1])  # one patch left: the hook stays for it
+        assert model.__dict__["__deepcopy__"] is hook, "the hook went with a patch that was not the last"
+        fastpath.revert(model, fastpath.LOSSLESS[1:2])
+        assert "__deepcopy__" not in model.__dict__, "the last patch reverted left the copy hook"
     finally:
         fastpath.revert(model)
     assert "__deepcopy__" not in model.__dict__

@@ -146,7 +146,7 @@ def test_compiled_llm_passes_calls_it_does_not_compile_to_the_stock_forward_unch
         assert wrapper("positional", **kwargs) == "stock"
         assert on_cuda_only(**kwargs) == "stock"
     assert [args for args, _ in inner.calls] == [(), ("positional",), ()]
-    assert all(seen.keys() == kwargs.keys() for _, seen in inner.calls)
+    assert all(seen.keys() == kwargs.keys() and all(seen[k] is kwargs[k] for k in kwargs) for _, seen in inner.calls)
     assert (wrapper.passthrough, on_cuda_only.passthrough, compiles) == (2, 1, [])
 
 

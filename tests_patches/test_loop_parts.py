@@ -196,6 +196,13 @@ def test_a_generate_on_a_model_off_the_cpu_keeps_every_tensor_on_its_device(mode
     from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
 
     monkeypatch.setattr(loop, "packed_devices", lambda: ("meta",))
+    layouts, made = [], loop.packed_layout
+
+    def recording(*args, **kwargs):  # a packed layout's index tensors are only read: a CPU one would not fail
+        layouts.append(made(*args, **kwargs))
+        return layouts[-1]
+
+    monkeypatch.setattr(loop, "packed_layout", recording)
     stand_in = OnMeta(model, flags)
     task = SimpleNamespace(batch_size=2, texts=["0", "1"], target_lens=[7, 4], ref_texts=[None] * 2,
                            ref_audio_tokens=[None] * 2, langs=[None] * 2, instructs=[None] * 2)
@@ -204,6 +211,10 @@ def test_a_generate_on_a_model_off_the_cpu_keeps_every_tensor_on_its_device(mode
     except (RuntimeError, NotImplementedError) as err:
         pytest.fail(f"a tensor of the loop left the model's device (meta): {err}")
     assert [(t.device, tuple(t.shape)) for t in tokens] == [(META, (stand_in.C, 7)), (META, (stand_in.C, 4))]
+    placed = {name: value.device for layout in layouts if layout is not None for name, value in vars(layout).items()
+              if isinstance(value, torch.Tensor)}
+    assert set(placed.values()) <= {META}, placed
+    assert bool(placed) == ("packed_cfg" in flags), (flags, placed)
 
 
 @pytest.mark.parametrize("flags, first, later", [

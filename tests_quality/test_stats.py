@@ -262,6 +262,14 @@ def test_studentized_bounds_are_a_bootstrap_t_over_the_blocks_floored_at_student
     t0 = delta / se
     assert b.p_worse == pytest.approx(max(np.mean(t_star >= t0), sps.t.sf(t0, g - 1)), rel=1e-9)
     np.testing.assert_allclose(b.t_star, t_star, rtol=1e-9)
+    # H0: delta >= margin, the larger of the bootstrap's and Student's p, at margins where the two differ
+    differ = 0
+    for margin in (0.05, 0.1, 0.2):
+        t_obs = (delta - margin) / se
+        boot, student_p = np.mean(t_star <= t_obs), sps.t.cdf(t_obs, g - 1)
+        differ += abs(boot - student_p) > 1e-3
+        assert b.p_noninferior(margin) == pytest.approx(max(boot, student_p), rel=1e-9), margin
+    assert differ, "at some margin the bootstrap's p and Student's must differ, or the larger of them is not tested"
 
 
 def test_a_bound_needs_two_sentence_blocks():

@@ -483,6 +483,7 @@ def test_more_work_is_refused_naming_each_figure_and_the_flag_and_accepted_with_
     assert path.read_text() == before
     figures = instructions.record([run_of("one", 1011, 500, "r2")], path, accept_more_work=True)
     assert figures["accepted_more_work"] == ["a/stock: 1,011 against 1,000 stored (+1.100%, margin 1.000%)"]
+    assert json.loads(path.read_text())["keys"][KEY]["counts"]["a/stock"]["count"] == 1011, "accepted, not stored"
 
 
 def test_a_figure_exactly_its_stored_margin_above_is_not_more_work(tmp_path):

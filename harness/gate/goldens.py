@@ -149,8 +149,11 @@ def _token_difference(a: list, b: list) -> str:
 
 def _summary_difference(part: str, observed: list, golden: list) -> str | None:
     """How far a portable summary moved beyond its tolerance, or None within it."""
-    if len(observed) != len(golden) or any(len(a) != len(b) for a, b in zip(observed, golden)):
+    if len(observed) != len(golden):
         return f"{part}: {len(observed)} vs {len(golden)} entries"
+    for i, (a, b) in enumerate(zip(observed, golden)):
+        if len(a) != len(b):
+            return f"{part}: entry {i} has {len(a)} vs {len(b)} values"
     tol, worst, where = TOLERANCES[part], 0.0, None
     for i, (a, b) in enumerate(zip(observed, golden)):
         scale = b[1] if part == "logits_moments" and b[1] > 0 else 1.0  # logits: relative to the tensor's std
