@@ -84,24 +84,28 @@ def test_the_stage_measured_is_the_one_ci_runs(tmp_path):
         mutant_budget.ci_stage(moved)
 
 
-def row(i, total, seconds, exit_code):
+def row(i, total, seconds, exit_code, not_judged=0):
     return {"commit": f"{i:040x}", "subject": "s|t", "files": [], "lines": 3, "mutants": {"gate": total},
-            "total": total, "seconds": seconds, "exit": exit_code}
+            "total": total, "seconds": seconds, "exit": exit_code, "killed": total - not_judged, "survived": 0,
+            "not_judged": not_judged}
 
 
 def test_the_summary_counts_the_changes_over_the_cap_and_those_the_stage_did_not_fit():
     stage = {"max_mutants": 40, "budget": 1200}
-    rows = [row(i, i * 10, 100.0 * i, 3 if i * 10 > 40 else 0) for i in range(1, 11)]
+    rows = [row(i, i * 10, 100.0 * i, 3 if i * 10 > 40 else 0, max(0, i * 10 - 40)) for i in range(1, 11)]
+    # a change past the cap whose run found a survivor exits 1 (CI names the survivor first): it did not fit either
+    rows[5] = {**rows[5], "exit": 1, "survived": 1}
     figures = mutant_budget.summary(rows, stage, measured=True)
     assert (figures["mutants_median"], figures["mutants_p90"], figures["mutants_max"]) == (55.0, 90, 100)
     assert figures["over_cap"] == 6 and figures["not_fitting"] == 6
     assert (figures["seconds_p90"], figures["seconds_max"]) == (900.0, 1000.0)
     text = mutant_budget.render_results(figures)
-    assert "6 over CI's cap of 40" in text and "6 of 10 did not fit" in text and "| gate 30 | 30 | 5:00 | passed |" \
-        in text and "| s/t |" in text
+    assert "6 over CI's cap of 40" in text and "6 of 10 did not fit" in text and \
+        "| gate 30 | 30 | 5:00 | 30 | 0 | 0 | passed |" in text and "| 60 | 10:00 | 40 | 1 | 20 | survivor |" in text \
+        and "| s/t |" in text
     counted = mutant_budget.summary([dict(r, seconds=None, exit=None) for r in rows], stage, measured=False)
     assert "no stage ran, so no times" in mutant_budget.render_results(counted)
-    assert counted["seconds_p90"] is None and counted["not_fitting"] == 0
+    assert counted["seconds_p90"] is None and counted["not_fitting"] is None
 
 
 def test_every_room_has_a_selection_of_its_own():

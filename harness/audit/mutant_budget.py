@@ -224,10 +224,15 @@ def summary(rows: list, stage: dict, measured: bool) -> dict:
             "mutants_max": max(totals, default=None), "over_cap": sum(t > stage["max_mutants"] for t in totals),
             "seconds_median": statistics.median(seconds) if seconds else None,
             "seconds_p90": quantile(seconds, 0.9), "seconds_max": max(seconds, default=None),
-            "not_fitting": sum(row["exit"] == 3 for row in rows)}
+            # not judged in full: past the cap, or left unrun by the budget (the exit says 1 where a survivor is
+            # among those that ran, which CI reports first)
+            "not_fitting": sum(bool(row.get("not_judged")) or row["exit"] == 3 for row in rows) if measured else None}
 
 
 def render_results(figures: dict) -> str:
+    # the rows are the measurement; what is said of them is derived again here, so a file written before a fix of
+    # the summary renders with the fix
+    figures = summary(figures["changes"], figures["stage"], figures["measured"])
     rows, stage = figures["changes"], figures["stage"]
     out = [f"{len(rows)} recent change(s) of the mutation scope, replayed on the lines HEAD still has of each: "
            f"mutants of those lines median {figures['mutants_median']}, 90th percentile {figures['mutants_p90']}, "
@@ -235,17 +240,20 @@ def render_results(figures: dict) -> str:
     if figures["measured"]:
         out += [f"CI's stage (budget {stage['budget']} s) on each, timed: median {clock(figures['seconds_median'] or 0)}"
                 f", 90th percentile {clock(figures['seconds_p90'] or 0)}, most {clock(figures['seconds_max'] or 0)}; "
-                f"{figures['not_fitting']} of {len(rows)} did not fit (not judged: past the cap or the budget).", ""]
+                f"{figures['not_fitting']} of {len(rows)} did not fit (mutants not judged: past the cap or the "
+                f"budget).", ""]
     else:
         out += ["Counted only (--count-only): no stage ran, so no times.", ""]
-    out += ["| commit | change | lines at HEAD | mutants by room | all | stage | exit |",
-            "|---|---|---:|---|---:|---:|---|"]
+    out += ["| commit | change | lines at HEAD | mutants by room | all | stage | killed | survived | not judged | "
+            "exit |", "|---|---|---:|---|---:|---:|---:|---:|---:|---|"]
     for row in rows:
         rooms = ", ".join(f"{room} {n}" for room, n in sorted(row["mutants"].items())) or "none"
         took = "n/a" if row["seconds"] is None else clock(row["seconds"])
         exit_ = "n/a" if row["exit"] is None else EXITS.get(row["exit"], str(row["exit"]))
+        counts = " | ".join("n/a" if row["exit"] is None else str(row.get(k, 0))
+                            for k in ("killed", "survived", "not_judged"))
         out += [f"| `{row['commit'][:12]}` | {row['subject'].replace('|', '/')} | {row['lines']} | {rooms} | "
-                f"{row['total']} | {took} | {exit_} |"]
+                f"{row['total']} | {took} | {counts} | {exit_} |"]
     return "\n".join(out) + "\n"
 
 
