@@ -78,6 +78,8 @@ def test_the_stage_measured_is_the_one_ci_runs(tmp_path):
     stage = mutant_budget.ci_stage()
     line = f"--changed-since auto --max-mutants {stage['max_mutants']} --budget {stage['budget']}"
     assert line in mutant_budget.CI.read_text()
+    # sizing another cap: the one given replaces CI's, the budget stays CI's
+    assert mutant_budget.ci_stage(max_mutants=70) == {"max_mutants": 70, "budget": stage["budget"]}
     moved = tmp_path / "run"
     moved.write_text(".venv/bin/fastpath-suite audit mutants --changed-since auto\n")  # the cap and budget gone
     with pytest.raises(mutant_budget.BudgetError, match=r"no line .* \(CI's mutants stage\) to measure"):

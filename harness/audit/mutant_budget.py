@@ -11,6 +11,7 @@ generation of the files) and no stage runs.
 
     fastpath-suite audit mutant-budget --commits 8 --results results/
     fastpath-suite audit mutant-budget --commits 30 --count-only
+    fastpath-suite audit mutant-budget --commits 8 --max-mutants 70   # a larger cap, to size it
 """
 
 from __future__ import annotations
@@ -44,14 +45,14 @@ def git(*args, cwd: Path = ROOT) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def ci_stage(path: Path = CI) -> dict:
-    """The cap and budget of `.ci/run`'s mutants stage, read from its line."""
+def ci_stage(path: Path = CI, max_mutants: int | None = None, budget: int | None = None) -> dict:
+    """The cap and budget of `.ci/run`'s mutants stage, read from its line; one given replaces CI's (to size it)."""
     found = re.search(r"audit mutants --changed-since \S+ --max-mutants (\d+) --budget (\d+)",
                       path.read_text() if path.exists() else "")
     if not found:
         raise BudgetError(f"{path}: no line `fastpath-suite audit mutants --changed-since auto --max-mutants N "
                           "--budget S` (CI's mutants stage) to measure; restore it, or update this reader")
-    return {"max_mutants": int(found[1]), "budget": int(found[2])}
+    return {"max_mutants": max_mutants or int(found[1]), "budget": budget or int(found[2])}
 
 
 def recent_changes(n: int, source: Path = ROOT, head: str = "HEAD") -> list:
@@ -168,11 +169,15 @@ def main(argv=None) -> int:
     parser.add_argument("--count-only", action="store_true",
                         help="count each change's mutants by room; run no stage (no times, no exits)")
     parser.add_argument("--source", type=Path, default=ROOT, help="the checkout whose history and HEAD are read")
+    parser.add_argument("--max-mutants", type=int_at_least(1), default=None,
+                        help="the stage's cap to measure (default: .ci/run's), to size a new one")
+    parser.add_argument("--budget", type=int_at_least(1), default=None, metavar="SECONDS",
+                        help="the stage's budget to measure (default: .ci/run's)")
     results.add_arguments(parser)
     args = parser.parse_args(argv)
     progress = Progress("mutant-budget", quiet=args.quiet)
     try:
-        stage = ci_stage()
+        stage = ci_stage(max_mutants=args.max_mutants, budget=args.budget)
         source = args.source.resolve()
         # one commit measured, whatever lands in the checkout while the stages run
         head = git("rev-parse", "HEAD", cwd=source)
