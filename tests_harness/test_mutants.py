@@ -155,6 +155,26 @@ def test_a_run_that_stops_before_any_mutant_names_the_tests_that_failed(tmp_path
     assert "\u2819" not in message and re.search(r"failed to collect stats\. runner returned [12]\b", message), message
 
 
+@pytest.mark.parametrize("under_test, recorded", [
+    (None, True), ("", True), ("stats", True),  # outside mutmut, its clean run, its stats run: the unmutated code
+    ("fastpath.registry.x_applied__mutmut_3", False), ("fail", False),  # failures meant to happen
+])
+def test_the_failures_file_records_only_the_runs_of_the_unmutated_code(tmp_path, monkeypatch, under_test, recorded):
+    from harness.audit import failures
+
+    path = tmp_path / "failures.txt"
+    monkeypatch.setenv(failures.ENV, str(path))
+    if under_test is None:
+        monkeypatch.delenv("MUTANT_UNDER_TEST", raising=False)
+    else:
+        monkeypatch.setenv("MUTANT_UNDER_TEST", under_test)
+    failures.pytest_runtest_logreport(types.SimpleNamespace(failed=True, nodeid="tests_x/test_x.py::t", when="call"))
+    failures.pytest_collectreport(types.SimpleNamespace(failed=True, nodeid="tests_x/test_y.py"))
+    failures.pytest_runtest_logreport(types.SimpleNamespace(failed=False, nodeid="tests_x/test_x.py::u", when="call"))
+    expected = "tests_x/test_x.py::t (call)\ntests_x/test_y.py (collection)\n"
+    assert (path.read_text() if path.exists() else "") == (expected if recorded else "")
+
+
 def test_a_mutants_seconds_come_from_mutmuts_log_where_its_meta_says_zero(tmp_path):
     """mutmut 3.8's meta file can hold 0.0 for a mutant's duration; its debug log's "Completed" line has the time the
     mutant took, and that is what the results (and `audit mutant-budget`'s estimate) must carry."""

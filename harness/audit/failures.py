@@ -13,9 +13,14 @@ import os
 ENV = "FASTPATH_FAILURES"
 
 
+# mutmut's runs of the unmutated code: "stats", and "" for its clean run (unset outside mutmut). A mutant's run (its
+# name), and mutmut's check that a forced failure fails ("fail"), fail tests on purpose: not recorded
+UNMUTATED = ("", "stats")
+
+
 def _write(nodeid: str, when: str) -> None:
     path = os.environ.get(ENV)
-    if path:
+    if path and os.environ.get("MUTANT_UNDER_TEST", "") in UNMUTATED:
         with open(path, "a", encoding="utf-8") as out:
             out.write(f"{nodeid} ({when})\n")
 
