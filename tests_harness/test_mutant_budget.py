@@ -115,3 +115,25 @@ def test_every_room_has_a_selection_of_its_own():
         selection = mutant_rooms.selection(room)
         assert selection[: len(room.tests)] == room.tests
         assert all(s.startswith("--deselect=") for s in selection[len(room.tests):])
+
+
+def test_within_the_cap_the_stage_runs_only_on_the_changes_ci_could_pass(monkeypatch, capsys):
+    """--within-cap: every change counted, the stage run on those within the cap only; one past it is shown as not
+    run and counted as not fitting (CI fails it as not judged)."""
+    changes = [("a" * 40, [PATH]), ("b" * 40, [PATH]), ("c" * 40, [PATH])]
+    monkeypatch.setattr(mutant_budget, "recent_changes", lambda n, source, head: changes)
+    monkeypatch.setattr(mutant_budget, "blamed_lines", lambda commit, files, source, head: {PATH: {1}})
+    monkeypatch.setattr(mutant_budget, "git", lambda *args, cwd=None: "h" * 40 if args[0] == "rev-parse" else "s")
+    monkeypatch.setattr(mutant_budget, "count", lambda source, lines, folder, head: [{"gate": 5}, {"gate": 90},
+                                                                                    {"nightly": 70}])
+    ran = []
+
+    def run_stage(source, lines, folder, stage, head):
+        ran.append(folder.name)
+        return {"seconds": 60.0, "exit": 0, "mutants": {"gate": 5}, "killed": 5, "survived": 0, "not_judged": 0}
+
+    monkeypatch.setattr(mutant_budget, "run_stage", run_stage)
+    assert mutant_budget.main(["--within-cap", "--max-mutants", "70", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert ran == ["change-1", "change-2"], ran  # the first and the third change: 5 and 70 mutants
+    assert "| gate 90 | 90 | not run: over the cap |" in out and "1 of 3 did not fit" in out, out

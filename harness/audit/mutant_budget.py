@@ -173,6 +173,9 @@ def main(argv=None) -> int:
                         help="the stage's cap to measure (default: .ci/run's), to size a new one")
     parser.add_argument("--budget", type=int_at_least(1), default=None, metavar="SECONDS",
                         help="the stage's budget to measure (default: .ci/run's)")
+    parser.add_argument("--within-cap", action="store_true",
+                        help="count first; run the stage only on the changes within the cap (CI fails the others as "
+                             "not judged, after at most the budget)")
     results.add_arguments(parser)
     args = parser.parse_args(argv)
     progress = Progress("mutant-budget", quiet=args.quiet)
@@ -190,15 +193,17 @@ def main(argv=None) -> int:
                          "seconds": None, "exit": None})
             rows[-1]["_lines"] = lines
         with tempfile.TemporaryDirectory(prefix="mutant-budget-") as tmp:
-            if args.count_only:
+            if args.count_only or args.within_cap:
                 progress.say(f"counting the mutants of {len(rows)} change(s)' lines (one generation)")
-                for row, counted in zip(rows, count(source, [r["_lines"] for r in rows], Path(tmp), head)):
+                for row, counted in zip(rows, count(source, [r["_lines"] for r in rows], Path(tmp) / "count", head)):
                     row["mutants"] = counted
-            else:
+            if not args.count_only:
+                runs = [row for row in rows if not args.within_cap or sum(row["mutants"].values()) <=
+                        stage["max_mutants"]]
                 started = time.monotonic()
-                for i, row in enumerate(rows, 1):
-                    left = (time.monotonic() - started) / (i - 1) * (len(rows) - i + 1) if i > 1 else None
-                    progress.say(f"{i}/{len(rows)}: CI's stage on the {row['lines']} line(s) HEAD still has of "
+                for i, row in enumerate(runs, 1):
+                    left = (time.monotonic() - started) / (i - 1) * (len(runs) - i + 1) if i > 1 else None
+                    progress.say(f"{i}/{len(runs)}: CI's stage on the {row['lines']} line(s) HEAD still has of "
                                  f"{row['commit'][:12]}" + (f"; about {clock(left)} left" if left else ""))
                     if not row["_lines"]:
                         row.update(seconds=0.0, exit=0)  # nothing of it left at HEAD: the stage passes at once
@@ -231,7 +236,8 @@ def summary(rows: list, stage: dict, measured: bool) -> dict:
             "seconds_p90": quantile(seconds, 0.9), "seconds_max": max(seconds, default=None),
             # not judged in full: past the cap, or left unrun by the budget (the exit says 1 where a survivor is
             # among those that ran, which CI reports first)
-            "not_fitting": sum(bool(row.get("not_judged")) or row["exit"] == 3 for row in rows) if measured else None}
+            "not_fitting": sum(bool(row.get("not_judged")) or row["exit"] == 3 or row["total"] > stage["max_mutants"]
+                               for row in rows) if measured else None}
 
 
 def render_results(figures: dict) -> str:
@@ -253,7 +259,8 @@ def render_results(figures: dict) -> str:
             "exit |", "|---|---|---:|---|---:|---:|---:|---:|---:|---|"]
     for row in rows:
         rooms = ", ".join(f"{room} {n}" for room, n in sorted(row["mutants"].items())) or "none"
-        took = "n/a" if row["seconds"] is None else clock(row["seconds"])
+        took = ("not run: over the cap" if row["seconds"] is None and figures["measured"] else
+                "n/a" if row["seconds"] is None else clock(row["seconds"]))
         exit_ = "n/a" if row["exit"] is None else EXITS.get(row["exit"], str(row["exit"]))
         counts = " | ".join("n/a" if row["exit"] is None else str(row.get(k, 0))
                             for k in ("killed", "survived", "not_judged"))
