@@ -209,7 +209,7 @@ def main(argv=None) -> int:
                         row.update(seconds=0.0, exit=0)  # nothing of it left at HEAD: the stage passes at once
                         continue
                     row.update(run_stage(source, row["_lines"], Path(tmp) / f"change-{i}", stage, head))
-    except BudgetError as err:
+    except (BudgetError, mutants.MutantsError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     for row in rows:
