@@ -89,13 +89,19 @@ def blamed_lines(commit: str, files: list, source: Path = ROOT, head: str = "HEA
     return out
 
 
+def clone_at(source: Path, commit: str, clone: Path) -> Path:
+    """A clone of `source` sharing its objects, checked out (detached) at `commit`."""
+    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(source), str(clone)], check=True,
+                   capture_output=True)
+    git("checkout", "-q", "--detach", commit, cwd=clone)
+    return clone
+
+
 def replay(source: Path, lines: dict, folder: Path, head: str | None = None) -> tuple:
     """A clone of `source` at `head` (its HEAD by default) in `folder` and, on a side branch, a commit that marks
     each of `lines`: (the clone, the side commit). `changed_lines(side commit, clone)` is then `lines`."""
-    clone = folder / "clone"
-    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(source), str(clone)], check=True,
-                   capture_output=True)
     head = head or git("rev-parse", "HEAD", cwd=source)
+    clone = clone_at(source, head, folder / "clone")
     git("checkout", "-q", "-b", "replay", head, cwd=clone)
     for path, numbers in lines.items():
         text = (clone / path).read_text().split("\n")
@@ -144,10 +150,7 @@ def count(source: Path, changes: list, folder: Path, head: str = "HEAD") -> list
     counts = [{} for _ in changes]
     if not paths:
         return counts
-    clone = folder / "clone"
-    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(source), str(clone)], check=True,
-                   capture_output=True)
-    git("checkout", "-q", "--detach", head, cwd=clone)
+    clone = clone_at(source, head, folder / "clone")
     mutants.prepare(folder / "gen", (), clone, paths)
     for m in mutants.generate(folder / "gen", paths):
         if not mutant_rooms.decides(m.path, m.function):

@@ -202,7 +202,7 @@ def own_tests(room: Room, paths: list, root: Path) -> tuple:
     """The pytest arguments of the tests of `room` that import one of `paths` by name: a change's first, narrow run
     (`audit mutants --changed-since`). Each folder of the room's tests is read file by file; a node id stays where
     its file imports one; the left-out ones stay deselected. The room's whole selection where no test file imports
-    one (a survivor of the narrow run is run again on the whole selection: mutants.confirm_survivors)."""
+    one (a survivor of the narrow run is run again on the whole selection: mutants.widen)."""
     names = [module_name(p) for p in paths]
     kept = []
     for test in room.tests:

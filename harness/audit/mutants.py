@@ -793,7 +793,8 @@ def _main(args, progress: Progress) -> int:
                "sample_role": (f"training, {args.training} its tests" if args.training else
                                "training" if seed in trained else "fresh"),
                "run": len(chosen), "summary": summary, "unconfirmed": ran["unconfirmed"],
-               "capped": [m.name for m in capped], "capped_rooms": _by_room(capped), "widened": widened, "timings": timings, "broken": broken,
+               "capped": [m.name for m in capped], "capped_rooms": _by_room(capped), "widened": widened,
+               "timings": timings, "broken": broken,
                "mutants": [asdict(m) for m in chosen]}
     if kind:
         results.write_if_asked(args, kind, figures, commit=commit, dirty=dirty)
