@@ -148,26 +148,30 @@ def test_a_task_on_another_node_sees_the_settings_of_this_process(cluster, tmp_p
 def test_one_deadline_holds_for_all_jobs_and_what_is_left_is_cancelled(cluster, english, tmp_path):
     """Three shards on a cluster of two CPUs, each job sleeping far past the limit: the run ends one limit after
     it started (not one per job), every shard is named with the limit and its items, the two that ran have their
-    own output in their logs and their processes ended, and the third, which never got a CPU, is cancelled too."""
+    own output in their logs and their processes ended, and the third, which never got a CPU, is cancelled too. The
+    bound is the limit plus the cancelled tasks' grace (workers.CANCEL_GRACE_S, after which Ray kills their workers)
+    and 5 s for that kill: under CI's load a graceful cancel can miss its grace (a run took 20.3 s, over a bound of
+    twice the limit), and the forced path is part of the contract. One limit per job would be 3 x 15 s."""
     from harness.quality import sets, shards
 
-    limit = 10.0
+    limit = 15.0
     python = fake_python(tmp_path, "exec sleep 120")
     start = time.monotonic()
     with pytest.raises(shards.ShardFailure) as err:
         shards.generate(english, tmp_path / "out", 3, "espeak", python=python, engine="ray", logs=tmp_path,
                         timeout=limit, log=lambda m: None)
     took = time.monotonic() - start
-    assert took < 2 * limit, f"{took:.0f} s for a {limit:.0f} s limit"  # one per job would be 3 x 10 s
+    bound = limit + workers.CANCEL_GRACE_S + 5.0
+    assert took < bound < 3 * limit, f"{took:.0f} s for a {limit:.0f} s limit (bound {bound:.0f} s)"
     logs = [tmp_path / f"out-generate-{k}-of-3.log" for k in range(3)]
     shares = shards.split(sets.read_set(english).items, 3)
     for k, (log, share) in enumerate(zip(logs, shares)):
-        assert (f"generating shard {k} of 3 did not finish (stopped after the 10 s limit, its Ray task cancelled); "
-                f"log {log}: items {', '.join(i.id for i in share)}") in str(err.value)
+        assert (f"generating shard {k} of 3 did not finish (stopped after the {limit:.0f} s limit, its Ray task "
+                f"cancelled); log {log}: items {', '.join(i.id for i in share)}") in str(err.value)
     pids = [p for p in map(started_pid, logs) if p is not None]
     assert len(pids) == 2, [log.read_text() for log in logs]  # the log as it ran, kept after the limit
     assert ended_within(pids, 10) == []  # cancelled, not left sleeping on their nodes
-    assert all("# ray: stopped after the 10 s limit" in log.read_text() for log in logs)
+    assert all(f"# ray: stopped after the {limit:.0f} s limit" in log.read_text() for log in logs)
     quick = workers.run_jobs([workers.Job("after", (sys.executable, "-c", "print('ran')"), tmp_path / "after.log")],
                              engine="ray", timeout=60, log=lambda m: None)
     assert quick[0].ok  # the cancelled tasks gave their CPUs back
