@@ -634,9 +634,15 @@ def test_a_survivor_of_its_files_own_tests_is_judged_on_the_rooms_whole_selectio
                                                                                     narrow):
     calls, argv = _narrow_then_whole(monkeypatch, tmp_path, {"fastpath.registry.x_applied__mutmut_2": code},
                                      finishes, narrow)
-    assert mutants.main(argv + ["--budget", "100"]) == exit_code
+    assert mutants.main(argv + ["--budget", "100", "--results", str(tmp_path / "res")]) == exit_code
     out = capsys.readouterr().out
     assert said in out, out
+    # the whole run's time, its budget running out and its row are the run's, as the narrow run's are
+    assert ("did not finish within --budget 100 s" in out) == (not finishes), out
+    figures = json.loads(next((tmp_path / "res").glob("mutants-change/*.json")).read_text())["figures"]
+    assert [(t["mutants"], t["seconds"], t.get("widened", False)) for t in figures["timings"]] == [
+        (2, 1.0, False), (1, 1.0, True)]
+    assert 2.0 <= figures["seconds"] < 3.0
     # the narrow run first, with both; then the whole selection with the survivor alone
     assert calls == [(False, ["fastpath.registry.x_applied__mutmut_1", "fastpath.registry.x_applied__mutmut_2"]),
                      (True, ["fastpath.registry.x_applied__mutmut_2"])]

@@ -773,15 +773,9 @@ def _main(args, progress: Progress) -> int:
             broken.append({"tests": list(tests), "mutants": len(part), "names": [m.name for m in part],
                            "error": str(err)[-3000:]})
             continue
-        for key in ("codes", "tests"):
-            ran[key].update(got[key])
+        ran["codes"].update(got["codes"])
         ran["completed"] |= got["completed"]
-        ran["unconfirmed"] += got["unconfirmed"]
-        ran["seconds"] += got["seconds"]
-        ran["out_of_time"] |= got["out_of_time"]
-        timings.append({"tests": list(tests), "rooms": sorted({m.room for m in part}), "mutants": len(part),
-                        "generate_seconds": generating[tests], "seconds": got["seconds"],
-                        "setup_seconds": got.get("setup_seconds")})
+        absorb(ran, got, part, tests, timings, generating[tests])
     widened = widen(chosen, ran, whole, folders, work, args, progress, timings) if whole else []
     summary = judge(chosen, ran)
     trained = training_seeds()
@@ -820,6 +814,19 @@ def _main(args, progress: Progress) -> int:
     return 0
 
 
+def absorb(ran: dict, got: dict, part: list, tests: tuple, timings: list, generated: float, **row) -> None:
+    """One run of `part` on `tests` (run_and_confirm's `got`) added to the whole run's `ran`: its seconds, the tests
+    each function met, the names not confirmed, whether the budget ran out, and its row of `timings`. Its codes are
+    the caller's to take: all of them in the main loop, the widened mutants' alone in `widen`."""
+    ran["tests"].update(got["tests"])
+    ran["unconfirmed"] += got["unconfirmed"]
+    ran["seconds"] += got["seconds"]
+    ran["out_of_time"] |= got["out_of_time"]
+    timings.append({"tests": list(tests), "rooms": sorted({m.room for m in part}), "mutants": len(part),
+                    "generate_seconds": generated, "seconds": got["seconds"], "setup_seconds": got.get("setup_seconds"),
+                    **row})
+
+
 def widen(chosen: list, ran: dict, whole: dict, folders: dict, work: Path, args, progress: Progress,
           timings: list) -> list:
     """Each survivor of a narrow run (the tests that import the changed files) run again on its room's whole
@@ -846,13 +853,8 @@ def widen(chosen: list, ran: dict, whole: dict, folders: dict, work: Path, args,
             generated = time.monotonic() - started
             got = run_and_confirm(folder, part, args.children, None if left is None else left - generated,
                                   progress, tests)
-            ran["seconds"] += generated + got["seconds"]
-            ran["out_of_time"] |= got["out_of_time"]
-            ran["tests"].update(got["tests"])
-            ran["unconfirmed"] += got["unconfirmed"]
-            timings.append({"tests": list(tests), "rooms": sorted({m.room for m in part}), "mutants": len(part),
-                            "generate_seconds": generated, "seconds": got["seconds"],
-                            "setup_seconds": got.get("setup_seconds"), "widened": True})
+            ran["seconds"] += generated
+            absorb(ran, got, part, tests, timings, generated, widened=True)
         for m in part:  # mutmut's meta holds no code for a mutant it did not run ("no tests" it gives unrun)
             ran["codes"][m.name] = got.get("codes", {}).get(m.name) or (None, None)
     return [m.name for part in by_tests.values() for m in part]
