@@ -124,7 +124,8 @@ def test_tiny_checkpoint_sees_target_lengths_that_stress_kernels(model):
 # upstream's `position_temperature > 0` switch, through each of the loop's two unmasking paths
 TEMPERATURES = [
     pytest.param("trimmed_cfg", 0.0, id="per-item-no-noise"),  # upstream's per-item scoring: no noise at 0
-    pytest.param("batched_scoring", 0.5, id="batched-mild-noise"),  # noise below 1 is still noise
+    pytest.param("trimmed_cfg", 0.5, id="per-item-mild-noise"),  # noise below 1 is still noise, on both paths
+    pytest.param("batched_scoring", 0.5, id="batched-mild-noise"),
 ]
 
 
@@ -138,3 +139,25 @@ def test_position_temperatures_other_than_the_default_are_stock(model, patch, te
     assert stock.steps and stock.tokens, "the stock run recorded nothing"
     problems = compare_runs(stock, candidate)
     assert not problems, f"{patch} at position_temperature {temperature} is not bit-exact:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.cpu
+def test_an_item_with_nothing_left_to_unmask_leaves_the_next_items_stock(model):
+    """A target of a few frames runs out of masked tokens before the last step (k = 0 at the steps after it), while
+    the item after it still unmasks at those steps. Upstream skips such an item at that step (no scoring, no random
+    draw) and goes on to the next: the per-item path must too, with position noise on, bit for bit."""
+    from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
+
+    from fastpath.loop import unmasking_schedules
+
+    kwargs = dict(text=["Hi.", "The item after it is a whole sentence long."], language="en", duration=[0.2, None])
+    task = model._preprocess_all(text=kwargs["text"], language="en", duration=kwargs["duration"])
+    schedules = unmasking_schedules(task.target_lens, OmniVoiceGenerationConfig(), model.config.num_audio_codebook)
+    idle = [step for step, k in enumerate(schedules[0]) if k == 0]
+    assert idle and all(schedules[1][step] > 0 for step in idle), (task.target_lens, schedules)  # the case is there
+    assert OmniVoiceGenerationConfig().position_temperature > 0  # each unmasked item draws noise
+    stock = record_generation(model, seed=0, **kwargs)
+    with fastpath.patched(model, ["trimmed_cfg"]):
+        candidate = record_generation(model, seed=0, **kwargs)
+    problems = compare_runs(stock, candidate)
+    assert not problems, "an item with nothing to unmask changed the next:\n  " + "\n  ".join(problems)
