@@ -151,11 +151,11 @@ def test_an_item_with_nothing_left_to_unmask_leaves_the_next_items_stock(model):
     from fastpath.loop import unmasking_schedules
 
     kwargs = dict(text=["Hi.", "The item after it is a whole sentence long."], language="en", duration=[0.2, None])
-    task = model._preprocess_all(text=kwargs["text"], language="en", duration=kwargs["duration"])
-    schedules = unmasking_schedules(task.target_lens, OmniVoiceGenerationConfig(), model.config.num_audio_codebook)
+    task, defaults = model._preprocess_all(**kwargs), OmniVoiceGenerationConfig()  # generate's defaults
+    schedules = unmasking_schedules(task.target_lens, defaults, model.config.num_audio_codebook)
     idle = [step for step, k in enumerate(schedules[0]) if k == 0]
     assert idle and all(schedules[1][step] > 0 for step in idle), (task.target_lens, schedules)  # the case is there
-    assert OmniVoiceGenerationConfig().position_temperature > 0  # each unmasked item draws noise
+    assert defaults.position_temperature > 0  # each unmasked item draws noise
     stock = record_generation(model, seed=0, **kwargs)
     with fastpath.patched(model, ["trimmed_cfg"]):
         candidate = record_generation(model, seed=0, **kwargs)
